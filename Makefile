@@ -1,0 +1,84 @@
+# RLix developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The control-plane toolchain lives outside the checkout, cached by version.
+TOOLCHAIN_BIN = $(shell hack/toolchain.sh --print)
+CLUSTER ?= rlix-dev
+NODES ?= 4
+GPUS ?= 8
+GPU_MEMORY_MIB ?= 81920
+PYTEST_ARGS ?=
+
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
+		/^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@printf "\nVariables: CLUSTER=$(CLUSTER) NODES=$(NODES) GPUS=$(GPUS) GPU_MEMORY_MIB=$(GPU_MEMORY_MIB) KUBECONFIG=<existing cluster>\n"
+
+$(VENV)/.installed: pyproject.toml
+	@echo "==> creating $(VENV) and installing rlix[dev] (pinned)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip==25.3
+	@$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## Create the virtual environment with pinned dependencies
+
+.PHONY: toolchain
+toolchain: ## Build (or reuse) kube-apiserver/scheduler/controller-manager, etcd, kwok, helm
+	@hack/toolchain.sh >/dev/null
+
+.PHONY: lint
+lint: venv ## ruff, mypy --strict, import-linter (core stays pure)
+	$(VENV)/bin/ruff check rlix tests e2e hack
+	$(VENV)/bin/ruff format --check rlix tests e2e hack
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+.PHONY: fmt
+fmt: venv ## Format and autofix with ruff
+	$(VENV)/bin/ruff format rlix tests e2e hack
+	$(VENV)/bin/ruff check --fix rlix tests e2e hack
+
+.PHONY: test
+test: venv toolchain lint ## Every tier CI can run: core, components, real control plane
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest $(PYTEST_ARGS)
+	@hack/kind-up.sh --check
+	@echo "gpu tier: run 'make gpu-check' on a machine with an NVIDIA GPU (none here)"
+
+.PHONY: test-fast
+test-fast: venv ## Tiers 1-2 only (no control plane)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+.PHONY: test-cluster
+test-cluster: venv toolchain ## Tier 3 only: the real local control plane (or kind: RLIX_E2E_KUBECONFIG=...)
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest e2e $(PYTEST_ARGS)
+
+.PHONY: cluster-up
+cluster-up: venv toolchain ## Start a local cluster with fake GPU nodes (safe to re-run)
+	$(VENV)/bin/rlix cluster up --name $(CLUSTER) --nodes $(NODES) --gpus $(GPUS) --gpu-memory-mib $(GPU_MEMORY_MIB)
+
+.PHONY: cluster-down
+cluster-down: venv ## Stop the local cluster and remove its state
+	$(VENV)/bin/rlix cluster down --name $(CLUSTER)
+
+.PHONY: kind-up
+kind-up: ## kind cluster + kwok fake GPU nodes (needs a Docker engine; skips without one)
+	@hack/kind-up.sh
+
+.PHONY: demo
+demo: cluster-up ## The one-command demo (see README)
+	@echo
+	@echo "make demo: the local cluster is up (above). Not built yet: submitting example RLJobs"
+	@echo "through the operator, extender and node agents with live progress (issue #8)."
+
+.PHONY: clean
+clean: ## Remove the virtual environment and build leftovers (keeps the toolchain cache)
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

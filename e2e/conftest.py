@@ -1,0 +1,131 @@
+"""Tier 3: a real control plane started by the test session itself.
+
+One local cluster (kwokctl binary runtime: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok) plus a second kube-scheduler
+serving ``rlix-scheduler`` is started once per session, and every test gets a
+fresh namespace. Nothing here fakes the API server or the scheduler.
+
+Tier 4 (kind) runs the same tests against an existing cluster when
+RLIX_E2E_KUBECONFIG names its kubeconfig; tests that need the local extender
+port are skipped there with the reason printed.
+
+If the local cluster cannot start, the session FAILS: this tier never skips in
+CI. Teardown runs on success, failure, Ctrl-C and SIGTERM; a session killed
+with SIGKILL is cleaned up by the next one (stale clusters are reaped).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from rlix.devcluster import processes
+from rlix.devcluster.cluster import ClusterOptions, DevCluster, default_workdir, reap_stale_clusters
+from rlix.devcluster.toolchain import bin_dir
+
+E2E_PREFIX = "rlix-e2e-"
+NODES = 4
+GPUS = 8
+GPU_MEMORY_MIB = 81920
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@dataclass
+class ExternalCluster:
+    """An existing cluster (kind) selected by RLIX_E2E_KUBECONFIG."""
+
+    kubeconfig: Path
+    bin_dir: Path
+    extender_port: int = 0  # no local extender port: the scheduler runs in-cluster
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        result = subprocess.run(
+            cmd, check=False, input=input, capture_output=True, text=True, timeout=timeout_s
+        )
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(
+                result.returncode, cmd, output=result.stdout, stderr=result.stderr
+            )
+        return result
+
+
+def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Turn SIGTERM into an exception so pytest unwinds and fixtures tear down.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[DevCluster | ExternalCluster]:
+    tools = bin_dir()
+    external = os.environ.get("RLIX_E2E_KUBECONFIG")
+    if external:
+        os.environ["KUBECONFIG"] = external
+        yield ExternalCluster(kubeconfig=Path(external), bin_dir=tools)
+        return
+
+    workdir = default_workdir()
+    reap_stale_clusters(workdir, tools, prefix=E2E_PREFIX)
+    options = ClusterOptions(
+        name=f"{E2E_PREFIX}{os.getpid()}",
+        nodes=NODES,
+        gpus=GPUS,
+        gpu_memory_mib=GPU_MEMORY_MIB,
+        extender_port=processes.free_port(),
+        workdir=workdir,
+    )
+    dev = DevCluster(options, tools)
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        dev.up()  # raises (and so fails the session) when the cluster cannot start
+        os.environ["KUBECONFIG"] = str(dev.kubeconfig)
+        yield dev
+    finally:
+        try:
+            dev.down()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            os.environ.pop("KUBECONFIG", None)
+            print(f"\n[e2e] cluster {options.name} torn down", file=sys.stderr)
+
+
+@pytest.fixture
+def local_cluster(cluster: DevCluster | ExternalCluster) -> DevCluster:
+    """The session's own control plane; tier 4 (kind) skips tests that need it."""
+    if not isinstance(cluster, DevCluster):
+        pytest.skip("needs the session's local control plane (extender port on 127.0.0.1)")
+    return cluster
+
+
+@pytest.fixture
+def namespace(cluster: DevCluster | ExternalCluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        cluster.kubectl(
+            "delete",
+            "namespace",
+            name,
+            "--wait=false",
+            "--ignore-not-found",
+            check=False,
+        )

@@ -1,0 +1,78 @@
+"""Small helpers the real-cluster tests share: manifests in, waiting on real state."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class Kubectl(Protocol):
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120
+    ) -> Any: ...
+
+
+def apply(cluster: Kubectl, namespace: str, *objects: dict[str, Any]) -> None:
+    body = yaml.safe_dump_all(list(objects), sort_keys=False)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=body)
+
+
+def get_json(cluster: Kubectl, *args: str) -> Any:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], *, timeout_s: float = 60, every_s: float = 0.25
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
+def pod(
+    name: str,
+    *,
+    gpus: int = 0,
+    scheduler: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A minimal pod; kwok runs it without pulling the image."""
+    resources: dict[str, Any] = {}
+    if gpus:
+        resources = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "pause:3.10", "resources": resources}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def pod_phase_and_node(cluster: Kubectl, namespace: str, name: str) -> tuple[str, str]:
+    obj = get_json(cluster, "pod", name, "-n", namespace)
+    return obj["status"].get("phase", ""), obj["spec"].get("nodeName", "")
+
+
+def events_for(cluster: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(
+        cluster, "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
+    )["items"]
+    return items

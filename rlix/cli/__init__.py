@@ -1,0 +1,1 @@
+"""The ``rlix`` command line."""

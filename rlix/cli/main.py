@@ -1,0 +1,50 @@
+"""``rlix``: the command line for people running RLix.
+
+Each subcommand lives in its own module and registers itself through
+``add_parser``; heavy imports happen inside ``run`` so ``rlix --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rlix import __version__
+from rlix.cli import cluster
+
+EPILOG = """\
+examples:
+  rlix cluster up --nodes 4 --gpus 8      start a local cluster with fake GPU nodes
+  rlix cluster status                     what runs, where the kubeconfig is
+  rlix cluster down                       stop it and remove its state
+
+Docs: README.md in the RLix repository.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlix",
+        description="RLix: phase-aware GPU scheduling for RL post-training on Kubernetes.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rlix {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    cluster.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

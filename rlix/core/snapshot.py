@@ -1,0 +1,106 @@
+"""An immutable picture of the cluster, the one input every policy reads.
+
+The extender builds it from its watch-fed cache, the operator from its informers
+and the simulator from its own state; the policy code cannot tell them apart, so
+a benchmark of the simulator measures the code that ships. Nothing here does
+I/O, reads a clock or the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from rlix.core.phases import Phase
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One physical GPU as the node agent last reported it."""
+
+    index: int
+    memory_mib: int
+    used_mib: int = 0
+    utilization: float = 0.0  # SM utilisation, 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A GPU node. ``gpus`` is empty until a node agent publishes live state."""
+
+    name: str
+    gpu_count: int
+    gpu_memory_mib: int
+    product: str = ""
+    # Nodes that share a domain are joined by NVLink (e.g. one NVL72 rack); None
+    # means NVLink stops at the node boundary.
+    nvlink_domain: str | None = None
+    schedulable: bool = True
+    gpus: tuple[GPU, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One pod of an RL job, reduced to what placement and preemption need.
+
+    ``memory_mib`` is the per-GPU memory the pod needs in each phase; a phase it
+    does not list costs its peak, the safe assumption for a phase it may enter.
+    """
+
+    name: str  # "namespace/pod"
+    job: str  # "namespace/rljob"
+    role: str
+    gpus: int
+    memory_mib: Mapping[Phase, int] = field(default_factory=dict)
+    priority: int = 0
+    preemptible: bool = False  # may be suspended in place
+    phase: Phase | None = None
+    node: str | None = None
+    gpu_indices: tuple[int, ...] = ()
+    suspended: bool = False  # memory parked off the GPU; it must be able to return
+    gang_size: int = 1  # pods of the job that must run together
+
+    @property
+    def peak_memory_mib(self) -> int:
+        return max(self.memory_mib.values(), default=0)
+
+    def memory_in(self, phase: Phase | None) -> int:
+        """Per-GPU memory in ``phase`` (peak when the phase is unknown or unlisted)."""
+        if phase is None:
+            return self.peak_memory_mib
+        return self.memory_mib.get(phase, self.peak_memory_mib)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Nodes and the workloads placed on (or waiting for) them."""
+
+    nodes: Mapping[str, Node]
+    workloads: tuple[Workload, ...] = ()
+
+    @classmethod
+    def of(cls, nodes: Iterable[Node], workloads: Iterable[Workload] = ()) -> ClusterSnapshot:
+        return cls(nodes={n.name: n for n in nodes}, workloads=tuple(workloads))
+
+    @cached_property
+    def _by_node(self) -> Mapping[str, tuple[Workload, ...]]:
+        index: dict[str, list[Workload]] = {}
+        for w in self.workloads:
+            if w.node is not None:
+                index.setdefault(w.node, []).append(w)
+        return {k: tuple(v) for k, v in index.items()}
+
+    def on_node(self, node: str) -> tuple[Workload, ...]:
+        """Workloads bound to ``node`` (suspended ones included)."""
+        return self._by_node.get(node, ())
+
+    def with_workload(self, workload: Workload) -> ClusterSnapshot:
+        """A what-if copy with ``workload`` added or replaced (matched by name)."""
+        kept = tuple(w for w in self.workloads if w.name != workload.name)
+        return replace(self, workloads=(*kept, workload))
+
+    def without(self, names: Iterable[str]) -> ClusterSnapshot:
+        """A what-if copy with the named workloads removed (preemption trials)."""
+        drop = set(names)
+        return replace(self, workloads=tuple(w for w in self.workloads if w.name not in drop))

@@ -1,0 +1,1 @@
+"""A local Kubernetes control plane (kwokctl, binary runtime) for development and tests."""

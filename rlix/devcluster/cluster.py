@@ -1,0 +1,339 @@
+"""A local Kubernetes control plane with fake GPU nodes, for development and tests.
+
+kwokctl (``--runtime binary``) runs etcd, kube-apiserver, kube-controller-manager,
+the default kube-scheduler and the kwok controller from locally built binaries.
+Beside them this module runs a second kube-scheduler with the ``rlix-scheduler``
+profile, which calls the extender, and applies kwok GPU nodes. Everything binds
+to 127.0.0.1. ``up()`` is idempotent: a healthy cluster is reused, a broken one
+is recreated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlix.devcluster import manifests, processes
+
+Log = Callable[[str], None]
+
+KWOKCTL_API = "config.kwok.x-k8s.io/v1alpha1"
+
+
+def default_workdir() -> Path:
+    """Where kwokctl keeps cluster state (KWOK_WORKDIR semantics), outside the checkout."""
+    cache = Path(os.environ.get("RLIX_CACHE", Path.home() / ".cache" / "rlix"))
+    return cache / "kwok"
+
+
+def _stderr_log(message: str) -> None:
+    print(f"[cluster] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How the local cluster should look. Field names match the CLI flags."""
+
+    name: str = "rlix-dev"
+    nodes: int = 4
+    gpus: int = 8
+    gpu_memory_mib: int = 81920
+    node_prefix: str = "rlix-gpu"
+    # The extender the rlix-scheduler calls. Nothing needs to listen there for the
+    # cluster to come up: rlix-scheduler pods simply wait until it does.
+    extender_port: int = 18787
+    workdir: Path = field(default_factory=default_workdir)
+    # Leader election only delays a restarted scheduler by a lease period here,
+    # where exactly one rlix-scheduler runs; the Helm chart turns it on.
+    leader_elect: bool = False
+    timeout_s: float = 180.0
+
+    @property
+    def extender_url(self) -> str:
+        return f"http://127.0.0.1:{self.extender_port}"
+
+
+@dataclass
+class _State:
+    """What this module adds to kwokctl's state directory (rlix-state.json)."""
+
+    scheduler_pid: int = 0
+    scheduler_port: int = 0
+    extender_url: str = ""
+    owner_pid: int = 0
+
+
+class DevCluster:
+    """One named local cluster. Safe to construct without starting anything."""
+
+    def __init__(self, options: ClusterOptions, bin_dir: Path, *, log: Log = _stderr_log) -> None:
+        self.options = options
+        self.bin_dir = bin_dir
+        self._log = log
+
+    # -- paths -------------------------------------------------------------
+    @property
+    def dir(self) -> Path:
+        return self.options.workdir / "clusters" / self.options.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig.yaml"
+
+    @property
+    def extender_port(self) -> int:
+        return self.options.extender_port
+
+    @property
+    def _state_path(self) -> Path:
+        return self.dir / "rlix-state.json"
+
+    @property
+    def scheduler_log(self) -> Path:
+        return self.dir / "logs" / "rlix-scheduler.log"
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.options.workdir)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env.pop("KUBECONFIG", None)
+        return env
+
+    # -- commands ----------------------------------------------------------
+    def kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.bin_dir / "kwokctl"), *args],
+            env=self._env(),
+            check=check,
+            capture_output=True,
+            text=True,
+        )
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the toolchain's kubectl (same minor version as the server) on this cluster."""
+        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        result = subprocess.run(
+            cmd,
+            check=False,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=self._env(),
+        )
+        if check and result.returncode != 0:
+            raise subprocess.CalledProcessError(
+                result.returncode, cmd, output=result.stdout, stderr=result.stderr
+            )
+        return result
+
+    def apply(self, objects: Sequence[dict[str, Any]]) -> None:
+        body = yaml.safe_dump_all(list(objects), sort_keys=False)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)
+
+    # -- state -------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.dir.is_dir()
+
+    def _read_state(self) -> _State:
+        try:
+            return _State(**json.loads(self._state_path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return _State()
+
+    def _write_state(self, state: _State) -> None:
+        self._state_path.write_text(json.dumps(asdict(state), indent=2))
+
+    def api_healthy(self) -> bool:
+        if not self.kubeconfig.is_file():
+            return False
+        try:
+            result = self.kubectl("get", "--raw", "/readyz", check=False, timeout_s=10)
+            return result.returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def scheduler_healthy(self) -> bool:
+        state = self._read_state()
+        return (
+            state.scheduler_pid > 0
+            and processes.pid_alive(state.scheduler_pid)
+            and state.extender_url == self.options.extender_url
+            and processes.https_ok(f"https://127.0.0.1:{state.scheduler_port}/healthz")
+        )
+
+    # -- lifecycle ---------------------------------------------------------
+    def up(self) -> None:
+        """Create the cluster, or bring an existing one back to the requested shape."""
+        start = time.monotonic()
+        if self.api_healthy():
+            self._log(f"cluster {self.options.name!r} already running; reconciling nodes")
+        else:
+            if self.exists():
+                self._log(f"cluster {self.options.name!r} has stale state; recreating it")
+                self.down()
+            self._create()
+        state = self._read_state()
+        state.owner_pid = os.getpid()
+        self._write_state(state)
+        self._apply_nodes()
+        if not self.scheduler_healthy():
+            self._start_scheduler()
+        self._wait_nodes_ready()
+        self._log(f"cluster {self.options.name!r} ready in {time.monotonic() - start:.1f}s")
+
+    def down(self) -> None:
+        """Stop every process of the cluster and remove its state. Safe to repeat."""
+        state = self._read_state()
+        if state.scheduler_pid > 0:
+            processes.stop_process_group(state.scheduler_pid)
+        if self.exists():
+            self._log(f"deleting cluster {self.options.name!r}")
+            result = self.kwokctl("delete", "cluster", "--name", self.options.name, check=False)
+            if result.returncode != 0:
+                self._log(f"kwokctl delete failed ({result.stderr.strip()}); removing state")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _kwokctl_config(self) -> dict[str, Any]:
+        b = self.bin_dir
+        return {
+            "apiVersion": KWOKCTL_API,
+            "kind": "KwokctlConfiguration",
+            "options": {
+                "runtime": "binary",
+                "bindAddress": "127.0.0.1",
+                "securePort": True,
+                "kubeAuthorization": True,
+                "kubeAdmission": True,
+                "kubeApiserverBinary": str(b / "kube-apiserver"),
+                "kubeControllerManagerBinary": str(b / "kube-controller-manager"),
+                "kubeSchedulerBinary": str(b / "kube-scheduler"),
+                "kubectlBinary": str(b / "kubectl"),
+                "etcdBinary": str(b / "etcd"),
+                "kwokControllerBinary": str(b / "kwok"),
+            },
+        }
+
+    def _create(self) -> None:
+        self._log(f"creating cluster {self.options.name!r} (kwokctl, binary runtime)")
+        self.options.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.options.workdir / f"{self.options.name}.kwokctl.yaml"
+        config.write_text(yaml.safe_dump(self._kwokctl_config(), sort_keys=False))
+        result = self.kwokctl(
+            "create",
+            "cluster",
+            "--name",
+            self.options.name,
+            "--config",
+            str(config),
+            "--runtime",
+            "binary",
+            "--kubeconfig",
+            str(self.options.workdir / f"{self.options.name}.merged-kubeconfig.yaml"),
+            "--wait",
+            f"{int(self.options.timeout_s)}s",
+            check=False,
+        )
+        if result.returncode != 0 or not self.api_healthy():
+            detail = (result.stderr or result.stdout).strip()[-4000:]
+            self.down()
+            raise RuntimeError(f"kwokctl could not create cluster {self.options.name!r}:\n{detail}")
+
+    def _apply_nodes(self) -> None:
+        o = self.options
+        nodes = manifests.gpu_nodes(
+            o.nodes, prefix=o.node_prefix, gpus=o.gpus, gpu_memory_mib=o.gpu_memory_mib
+        )
+        if nodes:
+            self._log(
+                f"applying {len(nodes)} kwok GPU nodes ({o.gpus} x {o.gpu_memory_mib} MiB GPUs)"
+            )
+            self.apply(nodes)
+
+    def _start_scheduler(self) -> None:
+        old = self._read_state()
+        if old.scheduler_pid > 0:
+            processes.stop_process_group(old.scheduler_pid)
+        port = processes.free_port()
+        config = manifests.rlix_scheduler_config(
+            kubeconfig=str(self.kubeconfig), extender_url=self.options.extender_url
+        )
+        config["leaderElection"]["leaderElect"] = self.options.leader_elect
+        config_path = self.dir / "rlix-scheduler.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.scheduler_log.parent.mkdir(parents=True, exist_ok=True)
+        self._log(f"starting rlix-scheduler (extender {self.options.extender_url})")
+        pid = processes.spawn_detached(
+            [
+                str(self.bin_dir / "kube-scheduler"),
+                f"--config={config_path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+                "--v=2",
+            ],
+            log=self.scheduler_log,
+        )
+        state = self._read_state()
+        state.scheduler_pid, state.scheduler_port = pid, port
+        state.extender_url = self.options.extender_url
+        self._write_state(state)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if not processes.pid_alive(pid):
+                tail = self.scheduler_log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"rlix-scheduler exited during start:\n{tail}")
+            if processes.https_ok(f"https://127.0.0.1:{port}/healthz"):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"rlix-scheduler not healthy after 60s; see {self.scheduler_log}")
+
+    def _wait_nodes_ready(self) -> None:
+        if self.options.nodes == 0:
+            return
+        self.kubectl(
+            "wait",
+            "--for=condition=Ready",
+            "node",
+            "-l",
+            "type=kwok",
+            f"--timeout={int(self.options.timeout_s)}s",
+            timeout_s=self.options.timeout_s + 10,
+        )
+
+
+def reap_stale_clusters(
+    workdir: Path, bin_dir: Path, *, prefix: str, log: Log = _stderr_log
+) -> int:
+    """Delete clusters named ``prefix*`` whose owning process is gone.
+
+    A test session killed with SIGKILL cannot clean up after itself; the next
+    session does it here, so processes and ports never pile up.
+    """
+    reaped = 0
+    clusters = workdir / "clusters"
+    if not clusters.is_dir():
+        return 0
+    for entry in sorted(clusters.iterdir()):
+        if not entry.name.startswith(prefix):
+            continue
+        cluster = DevCluster(ClusterOptions(name=entry.name, workdir=workdir), bin_dir, log=log)
+        owner = cluster._read_state().owner_pid
+        if owner > 0 and processes.pid_alive(owner):
+            continue
+        log(f"reaping stale cluster {entry.name!r} (owner pid {owner or 'unknown'} is gone)")
+        cluster.down()
+        reaped += 1
+    return reaped

@@ -1,0 +1,49 @@
+"""The objects `rlix cluster up` creates, checked without a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlix.core import names
+from rlix.devcluster import manifests, processes
+
+
+def test_gpu_nodes_follow_nvidia_conventions() -> None:
+    nodes = manifests.gpu_nodes(3, gpus=4, gpu_memory_mib=40960)
+    assert [n["metadata"]["name"] for n in nodes] == ["rlix-gpu-0", "rlix-gpu-1", "rlix-gpu-2"]
+    node = nodes[1]
+    labels = node["metadata"]["labels"]
+    assert labels[names.NODE_LABEL_GPU_COUNT] == "4"
+    assert labels[names.NODE_LABEL_GPU_MEMORY_MIB] == "40960"
+    assert node["status"]["allocatable"][names.GPU_RESOURCE] == "4"
+    assert node["status"]["capacity"][names.GPU_RESOURCE] == "4"
+    # kwok only manages nodes that carry its annotation.
+    assert node["metadata"]["annotations"][manifests.KWOK_NODE_ANNOTATION] == "fake"
+
+
+@pytest.mark.parametrize(
+    ("count", "gpus", "mem"), [(-1, 8, 1), (1, -1, 1), (1, 8, 0)], ids=["nodes", "gpus", "memory"]
+)
+def test_gpu_nodes_reject_nonsense(count: int, gpus: int, mem: int) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        manifests.gpu_nodes(count, gpus=gpus, gpu_memory_mib=mem)
+
+
+def test_scheduler_config_keeps_default_profile_out() -> None:
+    cfg = manifests.rlix_scheduler_config(kubeconfig="/k", extender_url="http://127.0.0.1:9/")
+    assert [p["schedulerName"] for p in cfg["profiles"]] == [names.SCHEDULER_NAME]
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"] == "http://127.0.0.1:9"
+    assert ext["nodeCacheCapable"] is True
+    assert ext["ignorable"] is False
+    assert {ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"]} == {
+        "filter",
+        "prioritize",
+        "preempt",
+    }
+
+
+def test_free_port_is_free() -> None:
+    port = processes.free_port()
+    assert 0 < port < 65536
+    assert not processes.port_in_use(port)
