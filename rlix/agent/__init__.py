@@ -1,0 +1,1 @@
+"""The node agent (DaemonSet): GPU state, phase reports, in-place preemption."""

@@ -1,0 +1,1 @@
+"""Client library internals (socket protocol to the node agent)."""

@@ -1,0 +1,1 @@
+"""The kube-scheduler extender (FastAPI)."""
