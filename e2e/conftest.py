@@ -29,7 +29,13 @@ from types import FrameType
 import pytest
 
 from rlix.devcluster import processes
-from rlix.devcluster.cluster import ClusterOptions, DevCluster, default_workdir, reap_stale_clusters
+from rlix.devcluster.cluster import (
+    ClusterOptions,
+    DevCluster,
+    KubectlError,
+    default_workdir,
+    reap_stale_clusters,
+)
 from rlix.devcluster.toolchain import bin_dir
 
 E2E_PREFIX = "rlix-e2e-"
@@ -61,9 +67,7 @@ class ExternalCluster:
             cmd, check=False, input=input, capture_output=True, text=True, timeout=timeout_s
         )
         if check and result.returncode != 0:
-            raise subprocess.CalledProcessError(
-                result.returncode, cmd, output=result.stdout, stderr=result.stderr
-            )
+            raise KubectlError(result.returncode, cmd, output=result.stdout, stderr=result.stderr)
         return result
 
 

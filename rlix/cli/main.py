@@ -11,13 +11,16 @@ import sys
 from collections.abc import Sequence
 
 from rlix import __version__
-from rlix.cli import cluster
+from rlix.cli import cluster, describe, top
 
 EPILOG = """\
 examples:
   rlix cluster up --nodes 4 --gpus 8      start a local cluster with fake GPU nodes
   rlix cluster status                     what runs, where the kubeconfig is
   rlix cluster down                       stop it and remove its state
+  rlix top                                live jobs, phases, GPU idle %, suspended pods
+  rlix describe rljob grpo -n research    conditions, pods, phases and events of one job
+  kubectl rlix top                        the same, as a kubectl plugin
 
 Docs: README.md in the RLix repository.
 """
@@ -33,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rlix {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     cluster.add_parser(sub)
+    top.add_parser(sub)
+    describe.add_parser(sub)
     return parser
 
 

@@ -73,6 +73,13 @@ class _State:
     owner_pid: int = 0
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call whose message carries kubectl's own words."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{(self.stderr or '').strip()}"
+
+
 class DevCluster:
     """One named local cluster. Safe to construct without starting anything."""
 
@@ -134,9 +141,7 @@ class DevCluster:
             env=self._env(),
         )
         if check and result.returncode != 0:
-            raise subprocess.CalledProcessError(
-                result.returncode, cmd, output=result.stdout, stderr=result.stderr
-            )
+            raise KubectlError(result.returncode, cmd, output=result.stdout, stderr=result.stderr)
         return result
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> None:

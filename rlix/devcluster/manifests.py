@@ -53,6 +53,7 @@ def gpu_node(spec: GPUNodeSpec) -> dict[str, Any]:
                 names.NODE_LABEL_GPU_PRODUCT: spec.product,
                 names.NODE_LABEL_GPU_MEMORY_MIB: str(spec.gpu_memory_mib),
                 names.NODE_LABEL_GPU_COUNT: str(spec.gpus),
+                names.NODE_LABEL_GPU_PRESENT: "true" if spec.gpus > 0 else "false",
             },
         },
         "spec": {},

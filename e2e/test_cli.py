@@ -1,0 +1,117 @@
+"""`rlix top`, `rlix describe` and the kubectl plugin read a real API server.
+
+No operator runs here: the test writes an RLJob, its status (through the status
+subresource, as the operator does) and a labelled pod, then checks what the CLI
+prints. The operator's own tests cover how that status comes about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from e2e.kube import apply, pod
+from rlix.core import names
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD = ROOT / "crds" / "rlix.io_rljobs.yaml"
+
+
+def _rlix(cluster: Any, *args: str, plugin: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "COLUMNS": "200",
+    }
+    if plugin:  # kubectl finds kubectl-rlix on PATH
+        cmd = [str(cluster.bin_dir / "kubectl"), "rlix", *args]
+    else:
+        cmd = [sys.executable, "-m", "rlix.cli.main", *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=60)
+
+
+def _job(cluster: Any, namespace: str) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
+    apply(
+        cluster,
+        namespace,
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "metadata": {"name": "grpo"},
+            "spec": {
+                "priority": 10,
+                "roles": [
+                    {
+                        "name": "policy",
+                        "kind": "trainer",
+                        "replicas": 1,
+                        "gpusPerReplica": 2,
+                        "image": "trainer:1",
+                        "gpuMemoryMiB": {"training": 60000},
+                    }
+                ],
+            },
+        },
+    )
+    status = {
+        "status": {
+            "state": "Running",
+            "phase": "training",
+            "iterations": 3,
+            "gpus": 2,
+            "roles": [
+                {"name": "policy", "phase": "training", "bound": 1, "ready": 1, "replicas": 1}
+            ],
+        }
+    }
+    cluster.kubectl(
+        "patch",
+        "rljob",
+        "grpo",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
+    p = pod("grpo-policy-0", gpus=2, labels={names.LABEL_JOB: "grpo", names.LABEL_ROLE: "policy"})
+    p["metadata"]["annotations"] = {
+        names.ANNOTATION_PHASE: "training",
+        names.ANNOTATION_SUSPENDED: "true",
+        names.ANNOTATION_GPU_MEMORY_MIB: '{"training": 60000}',
+    }
+    apply(cluster, namespace, p)
+
+
+def test_top_and_describe_read_the_cluster(cluster: Any, namespace: str) -> None:
+    _job(cluster, namespace)
+    top = _rlix(cluster, "top", "--once", "-n", namespace)
+    assert top.returncode == 0, top.stderr
+    line = next(x for x in top.stdout.splitlines() if " grpo " in x)
+    assert "Running" in line and "training" in line and "policy:training" in line
+    assert "suspended pods 1" in top.stdout
+    assert "parked ~117.2 GiB" in top.stdout  # 60000 MiB x 2 GPUs
+
+    described = _rlix(cluster, "describe", "rljob", "grpo", "-n", namespace)
+    assert described.returncode == 0, described.stderr
+    assert "Iterations:         3" in described.stdout
+    assert "grpo-policy-0" in described.stdout
+
+    plugin = _rlix(cluster, "top", "--once", "-n", namespace, plugin=True)
+    assert plugin.returncode == 0, plugin.stderr
+    assert "grpo" in plugin.stdout
+
+
+def test_describe_missing_job_says_so(cluster: Any, namespace: str) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD))
+    out = _rlix(cluster, "describe", "rljob", "nope", "-n", namespace)
+    assert out.returncode == 1
+    assert f"rljob {namespace}/nope: Not Found" in out.stderr

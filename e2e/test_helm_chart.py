@@ -1,0 +1,183 @@
+"""charts/rlix against the real API server: dry-run, install, RBAC, upgrade, uninstall.
+
+kwok marks the chart's pods Running and Ready without pulling images, so this
+proves the objects, selectors, RBAC and scheduling constraints, not the images.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.kube import get_json, wait_for
+from rlix.devcluster.cluster import DevCluster
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "rlix"
+KUBE_VERSION = "1.35.4"
+
+
+def helm(cluster: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = [str(cluster.bin_dir / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args]
+    result = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args[:2])} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def test_rendered_chart_passes_server_side_dry_run(cluster: Any, namespace: str) -> None:
+    rendered = helm(
+        cluster,
+        "template",
+        "dry",
+        str(CHART),
+        "-n",
+        namespace,
+        "--include-crds",
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "metrics.grafanaDashboard.enabled=true",
+    ).stdout
+    out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    assert "deployment.apps/dry-rlix-operator created (server dry run)" in out.stdout
+    assert "daemonset.apps/dry-rlix-node-agent created (server dry run)" in out.stdout
+
+
+def _can(cluster: Any, namespace: str, sa: str, verb: str, resource: str) -> bool:
+    result = cluster.kubectl(
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "-A",
+        f"--as=system:serviceaccount:{namespace}:{sa}",
+        check=False,
+    )
+    return result.stdout.strip() == "yes"
+
+
+def _release_objects(cluster: Any, namespace: str, release: str) -> list[str]:
+    selector = f"app.kubernetes.io/instance={release}"
+    found = []
+    for kinds, scope in (
+        ("deploy,ds,svc,sa,cm,role,rolebinding", ["-n", namespace]),
+        ("rolebinding", ["-n", "kube-system"]),
+        ("clusterrole,clusterrolebinding", []),
+    ):
+        out = cluster.kubectl("get", kinds, *scope, "-l", selector, "-o", "name").stdout
+        found += out.split()
+    return found
+
+
+def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: str) -> None:
+    release = "r" + namespace[-6:]
+    helm(
+        local_cluster,
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--wait",
+        "--timeout",
+        "3m",
+        "--set",
+        "nodeAgent.backend=simulated",
+    )
+    prefix = f"{release}-rlix"
+    for deploy in ("operator", "extender", "scheduler"):
+        local_cluster.kubectl(
+            "rollout", "status", f"deployment/{prefix}-{deploy}", "-n", namespace, "--timeout=90s"
+        )
+    ds = get_json(local_cluster, "daemonset", f"{prefix}-node-agent", "-n", namespace)
+    assert ds["status"]["numberReady"] == local_cluster.options.nodes
+    agents = get_json(
+        local_cluster, "pods", "-n", namespace, "-l", "app.kubernetes.io/component=node-agent"
+    )["items"]
+    assert sorted(p["spec"]["nodeName"] for p in agents) == [
+        f"rlix-gpu-{i}" for i in range(local_cluster.options.nodes)
+    ]
+    assert all(p["spec"]["hostPID"] for p in agents)
+
+    # Least privilege, checked by the API server's own authorizer.
+    can = lambda sa, verb, res: _can(local_cluster, namespace, f"{prefix}-{sa}", verb, res)  # noqa: E731
+    assert not can("node-agent", "get", "secrets")
+    assert not can("node-agent", "list", "secrets")
+    assert can("node-agent", "patch", "pods") and can("node-agent", "patch", "nodes")
+    assert not can("node-agent", "delete", "pods")
+    assert can("extender", "watch", "pods") and can("extender", "list", "nodes")
+    for verb in ("create", "patch", "update", "delete"):
+        assert not can("extender", verb, "pods"), f"extender must not {verb} pods"
+    assert not can("extender", "get", "secrets")
+    assert can("operator", "create", "pods") and can("operator", "patch", "rljobs.rlix.io/status")
+    assert not can("operator", "get", "secrets")
+    assert can("scheduler", "create", "bindings")
+    lease = local_cluster.kubectl(
+        "auth",
+        "can-i",
+        "update",
+        "leases.coordination.k8s.io/rlix-scheduler",
+        "-n",
+        namespace,
+        f"--as=system:serviceaccount:{namespace}:{prefix}-scheduler",
+        check=False,
+    )
+    assert lease.stdout.strip() == "yes", "leader election needs its own lease"
+
+    # Upgrade: a changed value rolls out, nothing is duplicated.
+    helm(
+        local_cluster,
+        "upgrade",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--wait",
+        "--timeout",
+        "3m",
+        "--set",
+        "nodeAgent.backend=simulated",
+        "--set",
+        "scheduler.extenderWeight=7",
+    )
+    config = get_json(local_cluster, "configmap", f"{prefix}-scheduler", "-n", namespace)
+    assert "weight: 7" in config["data"]["config.yaml"]
+    deploys = get_json(
+        local_cluster, "deploy", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}"
+    )["items"]
+    assert len(deploys) == 3
+
+    helm(local_cluster, "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
+    wait_for(
+        "every object of the release to be gone",
+        lambda: not _release_objects(local_cluster, namespace, release) or None,
+        timeout_s=90,
+    )
+    wait_for(
+        "the release's pods to be gone",
+        lambda: (
+            not get_json(
+                local_cluster,
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                f"app.kubernetes.io/instance={release}",
+            )["items"]
+            or None
+        ),
+        timeout_s=90,
+    )
+    # Helm never deletes CRDs (that would delete every user's RLJobs): it stays, on purpose.
+    assert local_cluster.kubectl("get", "crd", "rljobs.rlix.io", check=False).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "values", [["--set", "nodeAgent.enabled=false"], ["--set", "operator.webhook.enabled=false"]]
+)
+def test_optional_components_render(cluster: Any, values: list[str]) -> None:
+    out = helm(cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values).stdout
+    assert "kind: Deployment" in out

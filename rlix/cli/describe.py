@@ -1,0 +1,162 @@
+"""``rlix describe rljob NAME``: everything about one job, kubectl-describe style."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlix.cli import views
+from rlix.core import names
+
+DESCRIPTION = """\
+Describe one RLJob: its spec (roles, GPUs, memory per phase, priority), its
+status (state, phase, iterations, time spent per phase), conditions that
+explain any wait, its pods (node, phase, suspended) and recent events.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "describe",
+        help="describe an RLJob (conditions, pods, phases, events)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("kind", choices=["rljob", "rljobs", "rlj"], help="what to describe")
+    p.add_argument("name", help="the RLJob's name")
+    p.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.set_defaults(run=run)
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    if not rows:
+        return [f"{indent}<none>"]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
+
+
+def format_rljob(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+) -> str:
+    """The text `rlix describe rljob` prints (pure, so tests pin it)."""
+    now = views.now_utc()
+    meta, spec, status = job["metadata"], job.get("spec", {}), job.get("status") or {}
+    out = [
+        f"Name:               {meta['name']}",
+        f"Namespace:          {meta.get('namespace', '')}",
+        f"Age:                {views.age(meta.get('creationTimestamp'), now)}",
+        f"Algorithm:          {spec.get('algorithm', '-')}",
+        f"Priority:           {spec.get('priority', 0)}",
+        f"Preemptible rollout: {spec.get('preemptibleRollout', False)}",
+        f"State:              {status.get('state') or 'Pending'}",
+        f"Phase:              {status.get('phase') or '-'}"
+        + (f" (since {status['phaseSince']})" if status.get("phaseSince") else ""),
+        f"GPUs:               {status.get('gpus', '-')}",
+        f"Iterations:         {status.get('iterations', 0)}",
+    ]
+    seconds = status.get("phaseSeconds") or {}
+    if seconds:
+        total = sum(seconds.values()) or 1.0
+        parts = sorted(seconds.items(), key=lambda kv: views.phase_order(kv[0]))
+        out.append(
+            "Time per phase:     "
+            + ", ".join(f"{k} {v:.0f}s ({100 * v / total:.0f}%)" for k, v in parts)
+        )
+    out.append("Roles:")
+    role_status = {r.get("name"): r for r in status.get("roles") or []}
+    rows = [
+        [
+            "NAME",
+            "KIND",
+            "REPLICAS",
+            "GPUS/REPLICA",
+            "MEMORY MiB/GPU",
+            "PHASE",
+            "BOUND",
+            "READY",
+            "RESTARTS",
+        ]
+    ]
+    for role in spec.get("roles", []):
+        st = role_status.get(role.get("name"), {})
+        memory = role.get("gpuMemoryMiB") or {}
+        mem = ",".join(f"{k}={v}" for k, v in memory.items()) or "-"
+        rows.append(
+            [
+                str(role.get("name")),
+                str(role.get("kind")),
+                str(role.get("replicas", 1)),
+                str(role.get("gpusPerReplica", 1)),
+                mem,
+                str(st.get("phase") or "-"),
+                str(st.get("bound", 0)),
+                str(st.get("ready", 0)),
+                str(st.get("restarts", 0)),
+            ]
+        )
+    out += _table(rows)
+    out.append("Conditions:")
+    crow = [["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"]]
+    for c in status.get("conditions") or []:
+        crow.append(
+            [
+                c.get("type", ""),
+                c.get("status", ""),
+                c.get("reason", ""),
+                views.age(c.get("lastTransitionTime"), now),
+                c.get("message", ""),
+            ]
+        )
+    out += _table(crow if len(crow) > 1 else [])
+    out.append("Pods:")
+    prow = [["NAME", "NODE", "STATUS", "PHASE", "PHASE SINCE", "SUSPENDED"]]
+    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        ann = p["metadata"].get("annotations") or {}
+        prow.append(
+            [
+                p["metadata"]["name"],
+                p.get("spec", {}).get("nodeName") or "<pending>",
+                p.get("status", {}).get("phase", ""),
+                ann.get(names.ANNOTATION_PHASE, "-"),
+                ann.get(names.ANNOTATION_PHASE_SINCE, "-"),
+                "yes" if ann.get(names.ANNOTATION_SUSPENDED) == "true" else "no",
+            ]
+        )
+    out += _table(prow if len(prow) > 1 else [])
+    out.append("Events:")
+    erow = [["TYPE", "REASON", "AGE", "FROM", "MESSAGE"]]
+    for e in sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""):
+        erow.append(
+            [
+                e.get("type", ""),
+                e.get("reason", ""),
+                views.age(e.get("lastTimestamp") or e.get("eventTime"), now),
+                (e.get("source") or {}).get("component", "") or e.get("reportingComponent", ""),
+                e.get("message", ""),
+            ]
+        )
+    out += _table(erow if len(erow) > 1 else [])
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlix.cli.kube import Kube
+
+    try:
+        kube = Kube(args.kubeconfig, args.context)
+        job = kube.rljob(args.namespace, args.name)
+        pods = kube.rlix_pods(args.namespace, args.name)
+        events = kube.events_for(args.namespace, job["metadata"]["uid"])
+    except Exception as err:  # report any API problem readably
+        reason = getattr(err, "reason", None) or err
+        print(f"rlix describe: rljob {args.namespace}/{args.name}: {reason}", file=sys.stderr)
+        return 1
+    sys.stdout.write(format_rljob(job, pods, events))
+    return 0
