@@ -37,18 +37,18 @@ toolchain: ## Build (or reuse) kube-apiserver/scheduler/controller-manager, etcd
 
 .PHONY: lint
 lint: venv ## ruff, mypy --strict, import-linter (core stays pure)
-	$(VENV)/bin/ruff check rlix tests e2e hack
-	$(VENV)/bin/ruff format --check rlix tests e2e hack
+	$(VENV)/bin/ruff check rlix tests e2e hack bench
+	$(VENV)/bin/ruff format --check rlix tests e2e hack bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 .PHONY: fmt
 fmt: venv ## Format and autofix with ruff
-	$(VENV)/bin/ruff format rlix tests e2e hack
-	$(VENV)/bin/ruff check --fix rlix tests e2e hack
+	$(VENV)/bin/ruff format rlix tests e2e hack bench
+	$(VENV)/bin/ruff check --fix rlix tests e2e hack bench
 
 .PHONY: test
-test: venv toolchain lint ## Every tier CI can run: core, components, real control plane
+test: venv toolchain lint verify ## Every tier CI can run: core, components, real control plane
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest $(PYTEST_ARGS)
 	@hack/kind-up.sh --check
 	@echo "gpu tier: run 'make gpu-check' on a machine with an NVIDIA GPU (none here)"
@@ -60,6 +60,17 @@ test-fast: venv ## Tiers 1-2 only (no control plane)
 .PHONY: test-cluster
 test-cluster: venv toolchain ## Tier 3 only: the real local control plane (or kind: RLIX_E2E_KUBECONFIG=...)
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest e2e $(PYTEST_ARGS)
+
+.PHONY: generate
+generate: venv ## Regenerate crds/ (and the chart's copy) from the RLJob models in rlix/core/rljob.py
+	$(PY) hack/generate_crds.py
+	cp crds/rlix.io_rljobs.yaml charts/rlix/crds/rlix.io_rljobs.yaml
+
+.PHONY: verify
+verify: venv ## Fail if crds/ or the chart's CRDs drifted from the models
+	$(PY) hack/generate_crds.py --check
+	@diff -u crds/rlix.io_rljobs.yaml charts/rlix/crds/rlix.io_rljobs.yaml || \
+		{ echo "charts/rlix/crds drifted from crds/: run 'make generate'"; exit 1; }
 
 .PHONY: cluster-up
 cluster-up: venv toolchain ## Start a local cluster with fake GPU nodes (safe to re-run)

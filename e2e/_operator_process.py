@@ -1,0 +1,129 @@
+"""Run the real operator (``python -m rlix.operator``) as a subprocess for e2e tests.
+
+A subprocess, not an in-process task, so a test can SIGKILL it mid-reconcile
+exactly as a node failure would, and restart it from nothing but the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rlix.devcluster.processes import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD = ROOT / "crds" / "rlix.io_rljobs.yaml"
+
+
+class OperatorProcess:
+    def __init__(self, cluster: Any, workdir: Path, *, backoff_base_s: float = 0.5) -> None:
+        self.cluster = cluster
+        self.workdir = workdir
+        self.webhook_port = free_port()
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.backoff_base_s = backoff_base_s
+        self.log = workdir / "operator.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, timeout_s: float = 60) -> None:
+        cmd = [
+            sys.executable, "-m", "rlix.operator",
+            "--kubeconfig", str(self.cluster.kubeconfig),
+            "--webhook-port", str(self.webhook_port),
+            "--cert-dir", str(self.workdir / "certs"),
+            "--metrics-port", str(self.metrics_port),
+            "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
+            "--backoff-base-seconds", str(self.backoff_base_s),
+        ]  # fmt: skip
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.tail()}")
+            if self._live() and self._webhook_registered():
+                return
+            time.sleep(0.25)
+        raise RuntimeError(f"operator not ready after {timeout_s}s:\n{self.tail()}")
+
+    def _live(self) -> bool:
+        url = f"http://127.0.0.1:{self.liveness_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def _webhook_registered(self) -> bool:
+        result = self.cluster.kubectl(
+            "get", "validatingwebhookconfiguration", "rlix.io",
+            "-o", "jsonpath={.webhooks[0].clientConfig.url}", check=False,
+        )  # fmt: skip
+        return f":{self.webhook_port}/" in result.stdout
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handler runs, as when the node dies."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, lines: int = 60) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextmanager
+def running_operator(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
+    """CRD installed, operator up with its webhook; webhook config removed after."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
+    operator = OperatorProcess(cluster, workdir)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+            cluster.kubectl("delete", kind, "rlix.io", "--ignore-not-found", check=False)
+
+
+def operator_with_extender(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
+    """Body of a module-scoped fixture: operator + an extender so pods bind."""
+    import pytest
+
+    from e2e._accept_all_extender import start_extender
+
+    port = int(getattr(cluster, "extender_port", 0))
+    if not port:
+        pytest.skip("needs the session's local control plane (extender port on 127.0.0.1)")
+    extender = start_extender(port, str(cluster.kubeconfig))
+    try:
+        with running_operator(cluster, workdir) as operator:
+            yield operator
+    finally:
+        extender.close()

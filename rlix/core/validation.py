@@ -1,0 +1,152 @@
+"""Cross-field and cluster-aware RLJob rules, shared by the webhook and the operator.
+
+The CRD schema checks each field alone and a few CEL rules; what needs the
+cluster (is there a GPU with that much memory? a node with that many GPUs?)
+cannot live in the schema, so the webhook runs these functions with a
+``Capacity`` taken from its node cache. The operator runs them too, because a
+cluster without the webhook must still not admit a job that can never fit.
+Every error names the field, so ``kubectl apply`` says what to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from rlix.core.rljob import JOB_NAME_MAX_LENGTH, Algorithm, RLJob, RLJobSpec, RoleKind
+from rlix.core.snapshot import ClusterSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    path: str  # "spec.roles[0].gpusPerReplica"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The largest thing the cluster could ever run, from its schedulable GPU nodes."""
+
+    max_gpu_memory_mib: int
+    max_gpus_per_node: int
+    total_gpus: int
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot) -> Capacity | None:
+        """``None`` when the cluster has no GPU node yet: then nothing can be judged."""
+        nodes = [n for n in snapshot.nodes.values() if n.schedulable and n.gpu_count > 0]
+        if not nodes:
+            return None
+        return cls(
+            max_gpu_memory_mib=max(n.gpu_memory_mib for n in nodes),
+            max_gpus_per_node=max(n.gpu_count for n in nodes),
+            total_gpus=sum(n.gpu_count for n in nodes),
+        )
+
+
+def field_path(loc: Iterable[int | str]) -> str:
+    """Render a pydantic error location the way Kubernetes names fields."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _errors_from(exc: ValidationError, prefix: tuple[str, ...]) -> list[FieldError]:
+    return [FieldError(field_path((*prefix, *e["loc"])), e["msg"]) for e in exc.errors()]
+
+
+def spec_errors(spec: RLJobSpec) -> list[FieldError]:
+    """The rules the CRD also states in CEL; kept here for clusters without them."""
+    errors: list[FieldError] = []
+    if not any(r.kind is RoleKind.TRAINER for r in spec.roles):
+        errors.append(FieldError("spec.roles", "roles must include a role of kind trainer"))
+    seen: set[str] = set()
+    for i, role in enumerate(spec.roles):
+        where = f"spec.roles[{i}]"
+        if role.name in seen:
+            errors.append(FieldError(f"{where}.name", f"duplicate role name {role.name!r}"))
+        seen.add(role.name)
+        if role.kind is RoleKind.TRAINER and role.gpus_per_replica == 0:
+            errors.append(FieldError(f"{where}.gpusPerReplica", "a trainer role needs GPUs"))
+        if role.gpus_per_replica > 0 and role.gpu_memory is None:
+            errors.append(FieldError(f"{where}.gpuMemoryMiB", "required when the role uses GPUs"))
+        if role.gpus_per_replica == 0 and role.gpu_memory is not None:
+            errors.append(FieldError(f"{where}.gpuMemoryMiB", "needs gpusPerReplica > 0"))
+        if spec.algorithm is Algorithm.GRPO and role.kind is RoleKind.CRITIC:
+            errors.append(FieldError(f"{where}.kind", "GRPO has no critic; use algorithm PPO"))
+    return errors
+
+
+def capacity_errors(spec: RLJobSpec, capacity: Capacity) -> list[FieldError]:
+    """Rules that need the cluster: a job that could never be placed is refused."""
+    errors: list[FieldError] = []
+    for i, role in enumerate(spec.roles):
+        where = f"spec.roles[{i}]"
+        if role.gpus_per_replica > capacity.max_gpus_per_node:
+            errors.append(
+                FieldError(
+                    f"{where}.gpusPerReplica",
+                    f"{role.gpus_per_replica} GPUs per replica, but no node has more than "
+                    f"{capacity.max_gpus_per_node}",
+                )
+            )
+        memory = role.gpu_memory.by_phase() if role.gpu_memory else {}
+        for phase, mib in memory.items():
+            if mib > capacity.max_gpu_memory_mib:
+                errors.append(
+                    FieldError(
+                        f"{where}.gpuMemoryMiB.{phase.value}",
+                        f"{mib} MiB, but the largest GPU in the cluster has "
+                        f"{capacity.max_gpu_memory_mib} MiB",
+                    )
+                )
+    if spec.gpus > capacity.total_gpus:
+        errors.append(
+            FieldError(
+                "spec.roles",
+                f"the job needs {spec.gpus} GPUs (replicas x gpusPerReplica), but the "
+                f"cluster has {capacity.total_gpus}",
+            )
+        )
+    return errors
+
+
+def parse(manifest: Mapping[str, Any]) -> tuple[RLJob | None, list[FieldError]]:
+    """Parse a manifest into the typed model, or say which fields are wrong."""
+    errors: list[FieldError] = []
+    name = manifest.get("metadata", {}).get("name", "")
+    if isinstance(name, str) and len(name) > JOB_NAME_MAX_LENGTH:
+        errors.append(
+            FieldError("metadata.name", f"must be at most {JOB_NAME_MAX_LENGTH} characters")
+        )
+    try:
+        # Strict JSON mode: like the API server, "3" is not an integer and "yes"
+        # is not a boolean, while enums still arrive as their string values.
+        job = RLJob.model_validate_json(json.dumps(manifest), strict=True)
+    except ValidationError as exc:
+        return None, errors + _errors_from(exc, ())
+    return job, errors
+
+
+def validate_manifest(
+    manifest: Mapping[str, Any], capacity: Capacity | None = None
+) -> list[FieldError]:
+    """Every rule RLix knows, schema-level and cross-field; empty means valid."""
+    job, errors = parse(manifest)
+    if job is None:
+        return errors
+    errors += spec_errors(job.spec)
+    if capacity is not None:
+        errors += capacity_errors(job.spec, capacity)
+    return errors

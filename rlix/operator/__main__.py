@@ -1,0 +1,3 @@
+from rlix.operator.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""The operator's only door to the API server: a few typed, idempotent calls.
+
+kopf watches; everything the operator *writes* goes through here. Calls run the
+official (blocking) client on a bounded thread pool so a slow API server delays
+reconciliation instead of the watch loops. Each call is safe to repeat, which is
+what makes the operator restart-safe: create treats 409 as done, delete treats
+404 as done, and status patches are whole-status merge patches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import json
+import os
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client, config
+
+from rlix.core import names
+
+COMPONENT = "rlix-operator"
+
+
+def api_client(kubeconfig: str | None = None, *, pool: int = 16) -> Any:
+    """A client for in-cluster use or for the kubeconfig the operator was given."""
+    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        configuration = client.Configuration.get_default_copy()
+    else:
+        configuration = client.Configuration()
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    # One HTTP connection per worker thread; the default (4) logs "pool full".
+    configuration.connection_pool_maxsize = pool
+    return client.ApiClient(configuration)
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:500]}")
+        self.status = status
+
+
+class Kube:
+    """Raw JSON requests through the official client's transport and auth.
+
+    The generated typed methods (kubernetes>=35) validate and deserialize every
+    body into pydantic models; at a thousand jobs that costs more than the
+    request, and the operator already has the objects as plain JSON.
+    """
+
+    def __init__(self, api: Any, *, workers: int = 16) -> None:
+        self._api = api
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
+        self._serial = itertools.count()
+
+    def _request_sync(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        params = self._api.param_serialize(
+            method=method,
+            resource_path=path,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*params)
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise KubeError(response.status, data.decode(errors="replace") if data else "")
+        return json.loads(data) if data else None
+
+    async def _request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        call = functools.partial(self._request_sync, method, path, body, content_type)
+        return await loop.run_in_executor(self._pool, call)
+
+    async def create_pod(self, body: Mapping[str, Any]) -> bool:
+        """Create the pod; False when it already exists (a restart re-creating it)."""
+        namespace = body["metadata"]["namespace"]
+        try:
+            await self._request("POST", f"/api/v1/namespaces/{namespace}/pods", dict(body))
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        try:
+            await self._request("DELETE", path, {"gracePeriodSeconds": 0})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+    async def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch ``.status``; the stored object, or None when the job is gone."""
+        path = (
+            f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/"
+            f"{names.PLURAL}/{name}/status"
+        )
+        try:
+            result = await self._request(
+                "PATCH", path, {"status": dict(status)}, "application/merge-patch+json"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result if isinstance(result, dict) else None
+
+    async def event(
+        self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime
+    ) -> None:
+        """Record a core/v1 Event on the job, the thing `kubectl describe` lists."""
+        meta = job["metadata"]
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {
+                "name": f"{meta['name']}.{int(now.timestamp() * 1e6):x}{next(self._serial)}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            await self._request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", body)
+        except KubeError as exc:
+            # An event is a courtesy: losing one (namespace terminating) must
+            # never stop reconciliation.
+            if exc.status not in (403, 404, 409, 422):
+                raise
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

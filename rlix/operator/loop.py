@@ -1,0 +1,76 @@
+"""The operator's one background task: admission passes, then per-job reconciles.
+
+Watch handlers only update the store and set ``wakeup``; this loop does the
+work, so a burst of a thousand watch events becomes a few batched passes
+instead of a thousand interleaved ones. A pass that fails is logged and the
+next one retries: every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+
+from rlix.core.rljob import JobState
+from rlix.operator.admitting import Admitter
+from rlix.operator.reconciling import Reconciler
+from rlix.operator.store import Store
+
+log = logging.getLogger("rlix.operator")
+
+
+async def run_loop(
+    store: Store,
+    admitter: Admitter,
+    reconciler: Reconciler,
+    *,
+    admission_every_s: float = 2.0,
+    resync_every_s: float = 30.0,
+    concurrency: int = 64,
+) -> None:
+    last_admission = last_resync = 0.0
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(key: str) -> None:
+        async with gate:
+            try:
+                await reconciler.reconcile(key)
+            except Exception:
+                store.dirty.add(key)  # retried on the next pass
+                log.exception("reconciling %s failed", key)
+
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(store.wakeup.wait(), timeout=0.5)
+        store.wakeup.clear()
+        now = time.monotonic()
+        if store.queue_changed or now - last_admission >= admission_every_s:
+            store.queue_changed = False
+            last_admission = now
+            try:
+                await admitter.run()
+            except Exception:
+                store.queue_changed = True
+                log.exception("admission pass failed")
+        if now - last_resync >= resync_every_s:
+            # A periodic full pass catches anything a lost watch event hid.
+            last_resync = now
+            store.dirty.update(store.jobs)
+            _count_states(store, admitter)
+        keys = store.dirty | set(reconciler.due())
+        store.dirty = set()
+        if keys:
+            await asyncio.gather(*(one(k) for k in sorted(keys)))
+
+
+def _count_states(store: Store, admitter: Admitter) -> None:
+    counts: Counter[str] = Counter()
+    for key in store.jobs:
+        job, _ = store.job(key)
+        state = job.status.state if job is not None else None
+        counts[state.value if state is not None else "Queued"] += 1
+    for state in JobState:
+        admitter.metrics.jobs.labels(state=state.value).set(counts[state.value])

@@ -1,0 +1,130 @@
+"""What the operator feeds the admission policy: snapshot, gang requests, queue order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlix.core import names
+from rlix.core.admission import admit, queue_order
+from rlix.core.rljob import RLJob
+from rlix.core.sim.rlix_policy import RLixPolicy
+from rlix.core.snapshot import Node
+from rlix.operator.pods import ANNOTATION_ADMITTED_NODE, build_pod, desired_pod_names
+from rlix.operator.queueing import RLixAdmission, gang_request
+from rlix.operator.snapshots import build_snapshot, node_from_body
+from rlix.operator.store import Store
+
+
+def node(name: str, gpus: int = 8, mib: int = 81920, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": "1",
+            "labels": {
+                names.NODE_LABEL_GPU_MEMORY_MIB: str(mib),
+                names.NODE_LABEL_GPU_PRODUCT: "NVIDIA-H100-80GB-HBM3",
+            },
+        },
+        "spec": spec,
+        "status": {"allocatable": {names.GPU_RESOURCE: str(gpus)}},
+    }
+
+
+def job(name: str, *, gpus: int, replicas: int = 1, priority: int = 0, created: str = "") -> RLJob:
+    return RLJob.model_validate(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"uid-{name}",
+                "creationTimestamp": created or "2026-01-01T00:00:00Z",
+            },
+            "spec": {
+                "priority": priority,
+                "roles": [
+                    {
+                        "name": "t",
+                        "kind": "trainer",
+                        "replicas": replicas,
+                        "gpusPerReplica": gpus,
+                        "image": "x",
+                        "gpuMemoryMiB": {"training": 70000},
+                    }
+                ],
+            },
+        }
+    )
+
+
+def test_node_body_becomes_a_snapshot_node() -> None:
+    assert node_from_body(node("a")) == Node(
+        "a", gpu_count=8, gpu_memory_mib=81920, product="NVIDIA-H100-80GB-HBM3"
+    )
+    assert not node_from_body(node("b", unschedulable=True)).schedulable
+
+
+def test_unbound_pod_counts_at_its_admitted_node_and_finished_pods_free_gpus() -> None:
+    j = job("a", gpus=8)
+    (name, (role, index)), *_ = desired_pod_names(j).items()
+    pod = build_pod(j, role, index, owner_uid="u", admitted_node="n1")
+    done = build_pod(j, role, index, owner_uid="u") | {"status": {"phase": "Succeeded"}}
+    snapshot = build_snapshot([node("n1")], [pod, done])
+    (workload,) = snapshot.workloads
+    assert workload.node == "n1" and workload.gpus == 8
+    assert pod["metadata"]["annotations"][ANNOTATION_ADMITTED_NODE] == "n1"
+    assert name == "a-t-0"
+
+
+def test_gang_requests_order_by_priority_then_arrival() -> None:
+    early = gang_request(job("early", gpus=1, created="2026-01-01T00:00:00Z"))
+    late = gang_request(job("late", gpus=1, created="2026-01-01T00:00:05Z"))
+    urgent = gang_request(job("urgent", gpus=1, priority=9, created="2026-01-01T00:01:00Z"))
+    assert [r.job for r in queue_order([late, urgent, early])] == [
+        "ns/urgent",
+        "ns/early",
+        "ns/late",
+    ]
+
+
+def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:
+    snapshot = build_snapshot([node("n0"), node("n1")], [])
+    fits = gang_request(job("fits", gpus=8, replicas=2))
+    too_big = gang_request(job("big", gpus=8, replicas=3, priority=5))
+    decisions = {d.job: d for d in RLixAdmission()(snapshot, [fits, too_big])}
+    assert decisions["ns/fits"].admitted
+    assert not decisions["ns/big"].admitted and "fits nowhere" in decisions["ns/big"].reason
+    assert decisions == {d.job: d for d in admit(snapshot, [fits, too_big], RLixPolicy())}
+
+
+def test_store_ignores_watch_events_older_than_what_it_holds() -> None:
+    store = Store()
+    body = {"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "10"}, "spec": {}}
+    store.put_job(body)
+    store.put_job({**body, "metadata": {**body["metadata"], "resourceVersion": "9"}})
+    assert store.jobs["ns/j"]["metadata"]["resourceVersion"] == "10"
+    assert store.dirty == {"ns/j"} and store.queue_changed
+
+
+def test_store_reports_an_invalid_spec_with_its_field() -> None:
+    store = Store()
+    store.put_job(
+        {
+            "metadata": {"name": "j", "namespace": "ns", "resourceVersion": "1", "generation": 1},
+            "spec": {"roles": [{"name": "r", "kind": "rollout", "image": "x"}]},
+        }
+    )
+    parsed, errors = store.job("ns/j")
+    assert parsed is not None
+    assert {e.path for e in errors} >= {"spec.roles", "spec.roles[0].gpuMemoryMiB"}
+
+
+def test_node_heartbeats_do_not_trigger_admission() -> None:
+    store = Store()
+    store.put_node(node("n0"))
+    store.queue_changed = False
+    beat = node("n0")
+    beat["metadata"]["resourceVersion"] = "2"
+    store.put_node(beat)
+    assert not store.queue_changed
+    store.put_node(node("n0", gpus=4))
+    assert store.queue_changed
