@@ -90,6 +90,11 @@ demo: cluster-up ## The one-command demo (see README)
 	@echo "make demo: the local cluster is up (above). Not built yet: submitting example RLJobs"
 	@echo "through the operator, extender and node agents with live progress (issue #8)."
 
+.PHONY: bench
+bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/results/
+	$(PY) bench/extender_latency.py --uvicorn
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/operator_admission.py
+
 .PHONY: clean
 clean: ## Remove the virtual environment and build leftovers (keeps the toolchain cache)
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -28,6 +28,7 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 NODE_LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 NODE_LABEL_GPU_MEMORY_MIB: Final = "nvidia.com/gpu.memory"
 NODE_LABEL_GPU_COUNT: Final = "nvidia.com/gpu.count"
+NODE_LABEL_GPU_PRESENT: Final = "nvidia.com/gpu.present"
 
 # What a pod declares to the extender (written by the operator from the RLJob,
 # or by hand); the formats are documented in docs/extender.md.

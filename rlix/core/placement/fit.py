@@ -1,0 +1,133 @@
+"""Filter: can a pod's GPUs fit on a node, and if not, why (in words)?
+
+The reason ends up in ``kubectl describe pod`` ("0/12 nodes are available: ..."),
+so it names the numbers a user can act on. A failure is *unresolvable* when
+evicting every other pod would still not help (the node is too small, has no
+GPUs, is cordoned); the scheduler then skips preemption on that node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rlix.core.placement.loads import GPULoad, NodeLoad, owed_mib
+from rlix.core.placement.view import PlacementView
+from rlix.core.snapshot import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The verdict for one node. ``candidates`` are the GPUs that could host the pod."""
+
+    ok: bool
+    reason: str = ""
+    resolvable: bool = True
+    candidates: tuple[GPULoad, ...] = ()
+
+
+def pod_demand_mib(pod: Workload, capacity_mib: int) -> int:
+    """Per-GPU memory the pod needs (its current and coming phase; whole GPU if undeclared)."""
+    return owed_mib(pod, capacity_mib)
+
+
+def fit_demand(pod: Workload, capacity_mib: int) -> int:
+    """The ``demand`` to test GPUs with (``GPULoad.can_hold``): 0 means "an untouched
+    GPU", for pods that declare no memory or nodes that publish no GPU size."""
+    if pod.peak_memory_mib <= 0 or capacity_mib <= 0:
+        return 0 if pod.peak_memory_mib <= 0 else pod_demand_mib(pod, capacity_mib)
+    return pod_demand_mib(pod, capacity_mib)
+
+
+def _mib(value: int) -> str:
+    return f"{value} MiB" if value < 1024 else f"{value / 1024:.1f} GiB"
+
+
+def unresolvable(load: NodeLoad, pod: Workload) -> str | None:
+    """Why no preemption could ever make ``pod`` fit on this node, or None."""
+    node = load.node
+    if not node.schedulable:
+        return "node is cordoned"
+    if not load.gpus:
+        return "node has no GPUs (no nvidia.com/gpu.count label or agent GPU state)"
+    if len(load.gpus) < pod.gpus:
+        return f"node has {len(load.gpus)} GPUs, pod needs {pod.gpus} on one node"
+    capacity = load.capacity_mib
+    if capacity > 0 and pod_demand_mib(pod, capacity) > capacity:
+        return (
+            f"pod needs {_mib(pod_demand_mib(pod, capacity))} per GPU, "
+            f"node's GPUs have {_mib(capacity)} ({node.product or 'unknown product'})"
+        )
+    return None
+
+
+def fit(load: NodeLoad, pod: Workload) -> Fit:
+    """Whether ``pod`` fits on ``load``'s node right now."""
+    if pod.gpus <= 0:
+        return Fit(ok=True)
+    never = unresolvable(load, pod)
+    if never is not None:
+        return Fit(ok=False, reason=never, resolvable=False)
+    capacity = load.capacity_mib
+    demand = fit_demand(pod, capacity)
+    candidates = tuple(load.gpus[p] for p in load.holdable(demand))
+    if len(candidates) >= pod.gpus:
+        return Fit(ok=True, candidates=candidates)
+    if pod.peak_memory_mib <= 0 or capacity <= 0:
+        need = "a whole GPU each (no rlix.io/gpu-memory-mib declared)"
+        if capacity <= 0 and demand > 0:
+            need = "GPUs no other pod holds (node publishes no nvidia.com/gpu.memory)"
+        reason = f"only {len(candidates)} of {len(load.gpus)} GPUs are free, pod needs {pod.gpus}"
+        return Fit(ok=False, reason=f"{reason} with {need}", candidates=candidates)
+    best = max((g.free_mib for g in load.gpus), default=0)
+    return Fit(
+        ok=False,
+        reason=(
+            f"only {len(candidates)} of {len(load.gpus)} GPUs have {_mib(demand)} free, "
+            f"pod needs {pod.gpus} (most free on one GPU: {_mib(best)}; resident pods keep "
+            "memory for their current and next phase, suspended pods for their return)"
+        ),
+        candidates=candidates,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOutcome:
+    """The filter verdict for a list of nodes, shaped like ExtenderFilterResult."""
+
+    feasible: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> FilterOutcome:
+    """Split ``node_names`` into nodes that fit ``pod`` and nodes that do not (with reasons)."""
+    out = FilterOutcome()
+    if pod.gpus <= 0:  # not a GPU pod: not ours to judge
+        out.feasible.extend(dict.fromkeys(node_names))
+        return out
+    demands: dict[int, int] = {}  # capacity -> demand; computed once per GPU size
+    for name in dict.fromkeys(node_names):
+        load = view.load(name)
+        if load is not None and load.node.schedulable:
+            # Fast path for the common verdict: enough GPUs can hold the pod.
+            cap = load.capacity_mib
+            demand = demands.get(cap)
+            if demand is None:
+                demand = demands[cap] = fit_demand(pod, cap)
+            if (cap <= 0 or demand <= cap) and len(load.holdable(demand)) >= pod.gpus:
+                out.feasible.append(name)
+                continue
+        if load is None:
+            out.unresolvable[name] = (
+                "node is not in the rlix extender's cache yet (no watch event seen)"
+            )
+            continue
+        verdict = fit(load, pod)
+        if verdict.ok:
+            out.feasible.append(name)
+        elif verdict.resolvable:
+            out.failed[name] = verdict.reason
+        else:
+            out.unresolvable[name] = verdict.reason
+    return out

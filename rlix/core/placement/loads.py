@@ -1,0 +1,222 @@
+"""What each GPU of a node already owes to the pods bound there.
+
+A GPU is shared by memory, not handed out whole: RLix overlaps complementary
+phases of different jobs on one GPU, so the question "does this pod fit" is
+"do enough GPUs keep enough memory free for it". What a resident pod *owes* is
+more than what it uses this second:
+
+* a running pod keeps the larger of its current and its *next* phase, because
+  it will enter that phase without asking (rollout -> scoring -> training);
+* a suspended pod keeps the memory of the phase it was parked in, because it
+  must be able to come back (nothing a preempted job holds may be lost);
+* a pod that declares no memory owes the whole GPU: plain Kubernetes semantics
+  for GPU pods RLix knows nothing about;
+* what a node agent measured (``GPU.used_mib``) is a floor: memory used outside
+  any pod we know of is still taken.
+
+Pods whose GPU indices are unknown are spread onto the emptiest GPUs, the
+choice a device plugin would most likely make; the policy stays deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlix.core.phases import ITERATION_ORDER, Phase
+from rlix.core.snapshot import Node, Workload
+
+MEMO_LIMIT = 64  # memoised answers kept per node load (a few per pod shape)
+
+
+def next_phase(phase: Phase | None) -> Phase | None:
+    """The phase after ``phase`` in a synchronous RL loop; None when unknowable."""
+    if phase is None or phase not in ITERATION_ORDER:
+        return None
+    return ITERATION_ORDER[(ITERATION_ORDER.index(phase) + 1) % len(ITERATION_ORDER)]
+
+
+def owed_mib(workload: Workload, capacity_mib: int) -> int:
+    """Per-GPU memory ``workload`` must be able to hold on a GPU of ``capacity_mib``."""
+    if workload.peak_memory_mib <= 0:
+        return capacity_mib  # undeclared: the whole GPU
+    if workload.suspended or workload.phase is None:
+        return workload.memory_in(workload.phase)
+    coming = next_phase(workload.phase)
+    if coming is None:  # idle: it may resume into any phase
+        return workload.peak_memory_mib
+    return max(workload.memory_in(workload.phase), workload.memory_in(coming))
+
+
+@dataclass(frozen=True, slots=True)
+class GPULoad:
+    """One GPU: its size, what residents owe on it, and who they are."""
+
+    index: int
+    capacity_mib: int  # 0 when the node publishes no memory size
+    owed_mib: int
+    residents: tuple[Workload, ...] = ()
+    measured_mib: int = 0  # what the node agent saw in use (a floor for owed_mib)
+    debts: tuple[int, ...] = ()  # what each resident owes here (parallel to residents)
+
+    @property
+    def free_mib(self) -> int:
+        return max(self.capacity_mib - self.owed_mib, 0)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.residents and self.owed_mib == 0
+
+    def can_hold(self, demand_mib: int) -> bool:
+        """Whether ``demand_mib`` (0 = the whole GPU) fits next to the residents."""
+        return _holds(self.capacity_mib, self.owed_mib, bool(self.residents), demand_mib)
+
+    def owed_without(self, names: set[str]) -> tuple[int, bool]:
+        """(owed MiB, still has residents) if the named residents left.
+
+        Memory the agent measured beyond what the known residents owe is used
+        by something else and stays taken.
+        """
+        kept = 0
+        any_kept = False
+        for r, debt in zip(self.residents, self.debts, strict=True):
+            if r.name not in names:
+                kept += debt
+                any_kept = True
+        unexplained = max(self.measured_mib - sum(self.debts), 0) if self.measured_mib else 0
+        return kept + unexplained, any_kept
+
+
+def _holds(capacity_mib: int, owed: int, has_residents: bool, demand_mib: int) -> bool:
+    """The one rule for "fits on this GPU"; see ``GPULoad.can_hold``."""
+    if capacity_mib <= 0 or demand_mib <= 0:
+        # Unknown size, or a whole-GPU demand: only an untouched GPU will do.
+        return not has_residents and owed == 0
+    return capacity_mib - owed >= demand_mib
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """A node with its per-GPU debts; built once per change and reused.
+
+    ``memo`` caches answers derived from this (immutable) load, such as "which
+    GPUs hold 30 GiB"; the extender asks the same questions for thousands of
+    nodes per call, and only nodes touched by a watch event get a new load.
+    """
+
+    node: Node
+    gpus: tuple[GPULoad, ...]
+    residents: tuple[Workload, ...]
+    capacity_mib: int = 0  # the largest GPU's memory (a node's GPUs are normally identical)
+    empty_gpus: int = 0  # GPUs nobody holds
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def remember(self, key: Any, value: Any) -> None:
+        """Memoise ``value``; the memo is bounded because an idle node's load can
+        live for days while pods of ever new shapes ask about it."""
+        if len(self.memo) >= MEMO_LIMIT:
+            self.memo.clear()
+        self.memo[key] = value
+
+    def holdable(self, demand_mib: int) -> tuple[int, ...]:
+        """Positions (into ``gpus``) of GPUs that can take ``demand_mib`` (0 = whole GPU)."""
+        key = ("hold", demand_mib)
+        found: tuple[int, ...] | None = self.memo.get(key)
+        if found is None:
+            found = tuple(p for p, g in enumerate(self.gpus) if g.can_hold(demand_mib))
+            self.remember(key, found)
+        return found
+
+
+def _capacities(node: Node) -> list[tuple[int, int, int]]:
+    """(index, capacity, measured use) per GPU, live agent state first."""
+    if node.gpus:
+        return [(g.index, g.memory_mib or node.gpu_memory_mib, g.used_mib) for g in node.gpus]
+    return [(i, node.gpu_memory_mib, 0) for i in range(max(node.gpu_count, 0))]
+
+
+def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
+    """Assign every resident's debt to GPUs of ``node``."""
+    caps = _capacities(node)
+    position = {index: pos for pos, (index, _, _) in enumerate(caps)}
+    owed = [0] * len(caps)
+    holders: list[list[Workload]] = [[] for _ in caps]
+    debts: list[list[int]] = [[] for _ in caps]
+    ordered = sorted(residents, key=lambda w: (not w.gpu_indices, w.name))
+    for w in ordered:
+        slots = [position[i] for i in dict.fromkeys(w.gpu_indices) if i in position]
+        wanted = min(w.gpus, len(caps)) if w.gpus > 0 else len(slots)
+        if len(slots) < wanted:
+            spare = sorted(
+                (p for p in range(len(caps)) if p not in slots),
+                key=lambda p: (owed[p] - caps[p][1], p),
+            )
+            slots.extend(spare[: wanted - len(slots)])
+        for p in slots:
+            debt = owed_mib(w, caps[p][1])
+            owed[p] += debt
+            holders[p].append(w)
+            debts[p].append(debt)
+    gpus = tuple(
+        GPULoad(
+            index=index,
+            capacity_mib=cap,
+            owed_mib=max(owed[p], used),
+            residents=tuple(holders[p]),
+            measured_mib=used,
+            debts=tuple(debts[p]),
+        )
+        for p, (index, cap, used) in enumerate(caps)
+    )
+    return NodeLoad(
+        node=node,
+        gpus=gpus,
+        residents=tuple(ordered),
+        capacity_mib=max((g.capacity_mib for g in gpus), default=0),
+        empty_gpus=sum(1 for g in gpus if g.is_empty),
+    )
+
+
+def _gpu_without(g: GPULoad, names: set[str]) -> GPULoad:
+    if not any(r.name in names for r in g.residents):
+        return g
+    owed, _ = g.owed_without(names)
+    kept = [(r, d) for r, d in zip(g.residents, g.debts, strict=True) if r.name not in names]
+    return GPULoad(
+        index=g.index,
+        capacity_mib=g.capacity_mib,
+        owed_mib=owed,
+        residents=tuple(r for r, _ in kept),
+        measured_mib=max(g.measured_mib - sum(g.debts), 0) if g.measured_mib else 0,
+        debts=tuple(d for _, d in kept),
+    )
+
+
+def without(load: NodeLoad, names: set[str]) -> NodeLoad:
+    """``load`` with the named residents gone, GPUs otherwise as they were.
+
+    Preemption trials ask "would the pod fit if these went?" many times per
+    node; this answers without re-running the GPU assignment of ``node_load``
+    (victims leave, nobody else moves).
+    """
+    if not names:
+        return load
+    gpus = tuple(_gpu_without(g, names) for g in load.gpus)
+    return NodeLoad(
+        node=load.node,
+        gpus=gpus,
+        residents=tuple(r for r in load.residents if r.name not in names),
+        capacity_mib=load.capacity_mib,
+        empty_gpus=sum(1 for g in gpus if g.is_empty),
+    )
+
+
+def holdable_without(load: NodeLoad, names: set[str], demand_mib: int) -> int:
+    """How many GPUs could take ``demand_mib`` once ``names`` left (same rules as
+    ``GPULoad.can_hold``); the cheap form of ``without`` for preemption trials."""
+    count = 0
+    for g in load.gpus:
+        owed, occupied = g.owed_without(names)
+        count += _holds(g.capacity_mib, owed, occupied, demand_mib)
+    return count

@@ -1,0 +1,340 @@
+"""Prioritize: the phase-complementarity score of a node for a pod (0..10).
+
+Why these four terms, and why these weights
+-------------------------------------------
+RL post-training cycles every job through phases with very different shapes
+(``rlix.core.phases``): rollout decoding is bound by HBM bandwidth and KV-cache
+size and leaves the SMs mostly idle; scoring and training are compute bound;
+weight sync is network/NVLink bound. RLix time-shares GPUs between jobs, so the
+best node for a pod is the one whose GPUs the pod can *share without a fight*:
+
+1. **Complementary shape (weight 3).** A memory-bound pod next to a
+   compute-bound resident uses the half of the GPU the resident leaves idle;
+   two memory-bound (or two compute-bound) phases on one GPU slow each other
+   down. Per GPU the pod would share: 1.0 for compute-vs-memory, 0.0 for the
+   same shape, 0.5 when either side is idle/unknown or network bound. An empty
+   GPU scores 0.5: no partner, no gain and no conflict.
+2. **Interleaving of phase cycles (weight 2).** Even same-shaped jobs can share
+   if their cycles are offset: a resident in training while the pod starts in
+   rollout will each reach its peak while the other is in a trough. The score is
+   the cyclic distance between the two positions in ``ITERATION_ORDER``,
+   normalised so that half a cycle apart is 1.0 and in lock-step is 0.0.
+3. **Gang locality and topology (weight 3).** Pods of one job exchange weights
+   every iteration (weight sync) and gangs all-reduce gradients: the same node
+   (NVLink) beats the same NVLink domain (e.g. one NVL72 rack), which beats
+   crossing the network. Score = share of the job's placed pods on this node
+   + 0.6 x share in the node's NVLink domain elsewhere. A job with no placed
+   pods yet scores 0.5 everywhere: locality then does not steer.
+4. **Fragmentation (weight 2).** Keep whole GPUs (and whole nodes) free for the
+   large training gangs that need them: prefer nodes where the pod leaves fewer
+   untouched GPUs behind (0.7) and, on shared GPUs, the tightest memory fit (0.3).
+
+The pod's phase comes from ``rlix.io/phase``; a pod that has not reported one
+yet is placed by its role's name (a "rollout" role starts in rollout), since
+that is the phase it will enter first. Each term lies in 0..1, the weights sum
+to 10, and the total is rounded to the integer HostPriority the scheduler wants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
+from rlix.core.placement.fit import pod_demand_mib
+from rlix.core.placement.loads import GPULoad, NodeLoad
+from rlix.core.placement.view import PlacementView
+from rlix.core.snapshot import Workload
+
+WEIGHT_COMPLEMENT = 3.0
+WEIGHT_INTERLEAVE = 2.0
+WEIGHT_LOCALITY = 3.0
+WEIGHT_PACKING = 2.0
+MAX_SCORE = 10
+DOMAIN_CREDIT = 0.6
+NEUTRAL = 0.5
+
+# Role names people give RL roles, and the phase such a pod enters first.
+_ROLE_HINTS: tuple[tuple[str, Phase], ...] = (
+    ("rollout", Phase.ROLLOUT),
+    ("generat", Phase.ROLLOUT),
+    ("sampler", Phase.ROLLOUT),
+    ("infer", Phase.ROLLOUT),
+    ("vllm", Phase.ROLLOUT),
+    ("sglang", Phase.ROLLOUT),
+    ("reward", Phase.SCORING),
+    ("ref", Phase.SCORING),
+    ("scor", Phase.SCORING),
+    ("train", Phase.TRAINING),
+    ("learner", Phase.TRAINING),
+    ("policy", Phase.TRAINING),
+    ("actor", Phase.TRAINING),
+    ("critic", Phase.TRAINING),
+)
+_POSITION = {phase: i for i, phase in enumerate(ITERATION_ORDER)}
+
+
+def likely_phase(workload: Workload) -> Phase | None:
+    """The reported phase, else the phase the role's name suggests, else None."""
+    if workload.phase is not None:
+        return workload.phase
+    role = workload.role.lower()
+    for hint, phase in _ROLE_HINTS:
+        if hint in role:
+            return phase
+    return None
+
+
+def complement(a: Phase | None, b: Phase | None) -> float:
+    """How well two phases share one GPU by resource shape (1 best, 0 worst)."""
+    sa, sb = shape_of(a), shape_of(b)
+    if Shape.NONE in (sa, sb) or Shape.NETWORK in (sa, sb):
+        return NEUTRAL
+    return 0.0 if sa == sb else 1.0
+
+
+def interleave(a: Phase | None, b: Phase | None) -> float:
+    """How far apart two phase cycles are (1 = half a cycle, 0 = lock-step)."""
+    pa, pb = _POSITION.get(a) if a else None, _POSITION.get(b) if b else None
+    if pa is None or pb is None:
+        return NEUTRAL
+    n = len(ITERATION_ORDER)
+    d = abs(pa - pb) % n
+    return min(d, n - d) / (n // 2)
+
+
+class NodeScore(NamedTuple):
+    """A node's total and the terms it came from (kept for /debug and replay).
+
+    A NamedTuple, not a frozen dataclass: one is built per node per call, and a
+    frozen dataclass's ``__init__`` costs several times more.
+    """
+
+    node: str
+    score: int
+    raw: float = 0.0  # the unrounded total; finer than the 0..10 the wire allows
+    complement: float = 0.0
+    interleave: float = 0.0
+    locality: float = 0.0
+    packing: float = 0.0
+    gpus: tuple[int, ...] = ()
+    feasible: bool = True
+
+
+def _pair_terms(pod_phase: Phase | None, gpu: GPULoad) -> tuple[float, float]:
+    if not gpu.residents:
+        return NEUTRAL, NEUTRAL
+    c = i = 0.0
+    for r in gpu.residents:
+        rp = None if r.suspended else likely_phase(r)
+        c += complement(pod_phase, rp)
+        i += interleave(pod_phase, rp)
+    n = len(gpu.residents)
+    return c / n, i / n
+
+
+@dataclass(frozen=True, slots=True)
+class _PodContext:
+    """Everything about the pod that is the same for every node: computed once per call."""
+
+    pod: Workload
+    phase: Phase | None
+    peers_here: Mapping[str, int]
+    peers_domain: Mapping[str, int]
+    peers_total: int
+    demands: dict[int, tuple[int, bool]]  # capacity -> (demand, too big for the GPU)
+
+    @classmethod
+    def of(cls, view: PlacementView, pod: Workload) -> _PodContext:
+        here: Mapping[str, int] = {}
+        domain: Mapping[str, int] = {}
+        if pod.job:
+            here, domain = view.peers(pod.job, exclude=pod.name)
+        return cls(pod, likely_phase(pod), here, domain, sum(here.values()), {})
+
+    def demand(self, capacity: int) -> tuple[int, bool]:
+        found = self.demands.get(capacity)
+        if found is None:
+            pod = self.pod
+            need = pod_demand_mib(pod, capacity)
+            too_big = capacity > 0 and need > capacity
+            whole = pod.peak_memory_mib <= 0
+            found = self.demands[capacity] = (0 if whole else need, too_big)
+        return found
+
+    def locality(self, load: NodeLoad) -> float:
+        if self.peers_total == 0:
+            return NEUTRAL
+        here = self.peers_here.get(load.node.name, 0)
+        domain = load.node.nvlink_domain
+        near = self.peers_domain.get(domain, 0) - here if domain else 0
+        return min(1.0, (here + DOMAIN_CREDIT * near) / self.peers_total)
+
+
+# (complement, interleave, packing, chosen GPU indices), memoised per load.
+_Shared = tuple[float, float, float, tuple[int, ...]]
+
+
+def _shared_terms(load: NodeLoad, phase: Phase | None, demand: int, gpus: int) -> _Shared | None:
+    """The terms that depend only on the node's load and the pod's shape.
+
+    Memoised on the (immutable) load: identical pods (a role's replicas, a
+    gang's members) and repeated calls reuse them; None when the pod does not fit.
+    """
+    key = ("score", phase, demand, gpus)
+    if key in load.memo:
+        cached: _Shared | None = load.memo[key]
+        return cached
+    positions = load.holdable(demand)
+    result: _Shared | None = None
+    if len(positions) >= gpus:
+        pairs_key = ("pairs", phase)
+        pairs = load.memo.get(pairs_key)
+        if pairs is None:
+            pairs = tuple(_pair_terms(phase, g) for g in load.gpus)
+            load.remember(pairs_key, pairs)
+        ranked = sorted(
+            positions,
+            key=lambda p: (
+                -(WEIGHT_COMPLEMENT * pairs[p][0] + WEIGHT_INTERLEAVE * pairs[p][1]),
+                load.gpus[p].free_mib,
+                load.gpus[p].index,
+            ),
+        )[:gpus]
+        comp = sum(pairs[p][0] for p in ranked) / gpus
+        inter = sum(pairs[p][1] for p in ranked) / gpus
+        chosen = [load.gpus[p] for p in ranked]
+        empty_after = load.empty_gpus - sum(1 for g in chosen if g.is_empty)
+        pack_gpus = 1.0 - empty_after / len(load.gpus)
+        shared = [g for g in chosen if not g.is_empty and g.capacity_mib > 0]
+        if shared and demand > 0:
+            left = sum((g.free_mib - demand) / g.capacity_mib for g in shared) / len(shared)
+            tight = 1.0 - left
+        else:
+            tight = NEUTRAL
+        pack = 0.7 * pack_gpus + 0.3 * tight
+        result = (comp, inter, pack, tuple(g.index for g in chosen))
+    load.remember(key, result)
+    return result
+
+
+def score_load(view: PlacementView, pod: Workload, load: NodeLoad) -> NodeScore:
+    """Score ``pod`` on one node; infeasible nodes score 0."""
+    return _score(_PodContext.of(view, pod), load)
+
+
+def _score(ctx: _PodContext, load: NodeLoad) -> NodeScore:
+    name = load.node.name
+    if ctx.pod.gpus <= 0:
+        return NodeScore(node=name, score=0)
+    demand, too_big = ctx.demand(load.capacity_mib)
+    shared = (
+        None
+        if too_big or not load.node.schedulable
+        else _shared_terms(load, ctx.phase, demand, ctx.pod.gpus)
+    )
+    if shared is None:
+        return NodeScore(node=name, score=0, feasible=False)
+    comp, inter, pack, chosen = shared
+    loc = ctx.locality(load)
+    # Same order of float operations as score_values, so both round alike.
+    total = (
+        WEIGHT_COMPLEMENT * comp
+        + WEIGHT_INTERLEAVE * inter
+        + WEIGHT_PACKING * pack
+        + WEIGHT_LOCALITY * loc
+    )
+    return NodeScore(
+        node=name,
+        score=max(0, min(MAX_SCORE, int(total + 0.5))),  # half up, not banker's
+        raw=total,
+        complement=comp,
+        interleave=inter,
+        locality=loc,
+        packing=pack,
+        gpus=chosen,
+    )
+
+
+def _base(load: NodeLoad, phase: Phase | None, demand: int, gpus: int) -> float | None:
+    """The locality-free part of the total, memoised next to the terms."""
+    shared = _shared_terms(load, phase, demand, gpus)
+    base = (
+        None
+        if shared is None
+        else WEIGHT_COMPLEMENT * shared[0]
+        + WEIGHT_INTERLEAVE * shared[1]
+        + WEIGHT_PACKING * shared[2]
+    )
+    load.remember(("base", phase, demand, gpus), base)
+    return base
+
+
+def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> dict[str, int]:
+    """Just the 0..10 scores: the extender's hot path.
+
+    The same numbers as ``score_nodes`` (a test pins that), written for speed:
+    no NodeScore per node, memo lookups inlined, and locality precomputed for the
+    few nodes and NVLink domains that hold peers of the pod's job.
+    """
+    if pod.gpus <= 0:
+        return dict.fromkeys(node_names, 0)
+    ctx = _PodContext.of(view, pod)
+    phase, gpus = ctx.phase, pod.gpus
+    # Weighted locality per node holding peers, and per domain for the rest.
+    near: dict[str, float] = {}
+    in_domain: dict[str | None, float] = {}
+    if ctx.peers_total:
+        for domain, count in ctx.peers_domain.items():
+            in_domain[domain] = WEIGHT_LOCALITY * min(1.0, DOMAIN_CREDIT * count / ctx.peers_total)
+        for node_name in ctx.peers_here:
+            load = view.load(node_name)
+            if load is not None:
+                near[node_name] = WEIGHT_LOCALITY * ctx.locality(load)
+        far = 0.0
+    else:
+        far = WEIGHT_LOCALITY * NEUTRAL
+    demands: dict[int, tuple[int, bool]] = {}
+    out: dict[str, int] = {}
+    get_load = view.load_getter()
+    for name in node_names:
+        load = get_load(name)
+        if load is None or not load.node.schedulable:
+            out[name] = 0
+            continue
+        cap = load.capacity_mib
+        found = demands.get(cap)
+        if found is None:
+            found = demands[cap] = ctx.demand(cap)
+        if found[1]:
+            out[name] = 0
+            continue
+        key = ("base", phase, found[0], gpus)
+        memo = load.memo
+        base = memo[key] if key in memo else _base(load, phase, found[0], gpus)
+        if base is None:
+            out[name] = 0
+            continue
+        loc = near.get(name)
+        if loc is None:
+            rack = load.node.nvlink_domain
+            loc = in_domain.get(rack, far) if rack else far
+        total = base + loc
+        score = int(total + 0.5)
+        out[name] = score if score <= MAX_SCORE else MAX_SCORE
+    return out
+
+
+def score_nodes(
+    view: PlacementView, pod: Workload, node_names: Iterable[str]
+) -> Mapping[str, NodeScore]:
+    """Score every named node; unknown nodes score 0 (the filter already said why)."""
+    ctx = _PodContext.of(view, pod)
+    out: dict[str, NodeScore] = {}
+    for name in node_names:
+        load = view.load(name)
+        out[name] = (
+            _score(ctx, load) if load is not None else NodeScore(node=name, score=0, feasible=False)
+        )
+    return out

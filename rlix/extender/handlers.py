@@ -1,0 +1,98 @@
+"""The three extender verbs as functions of (view, request body) -> answer.
+
+No FastAPI here: the HTTP layer (``rlix.extender.app``) only times and frames
+these, and offline replay (``rlix.extender.replay``) calls the same code on a
+captured snapshot. Every failure becomes a protocol answer: filter reports
+``Error`` or per-node reasons, prioritize and preempt return a 400 with an
+``Error`` body (kube-scheduler ignores a failed prioritize and treats a failed
+preempt as "no candidates"), never a 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlix.core.placement import PlacementView, choose_victims, filter_nodes, score_values
+from rlix.core.snapshot import Workload
+from rlix.extender import wire
+from rlix.extender.objects import ObjectError, pod_to_workload
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: Any
+    outcome: str  # for the metrics label: ok, bad_request, pod_error
+
+
+def _bad(message: str) -> Answer:
+    return Answer(400, wire.error_body(message), "bad_request")
+
+
+def _pending(pod: Mapping[str, Any]) -> Workload:
+    """The pod being scheduled; its annotations are read strictly."""
+    return pod_to_workload(pod, strict=True)
+
+
+def do_filter(view: PlacementView, body: bytes) -> Answer:
+    try:
+        args = wire.parse_args(body)
+    except wire.WireError as exc:
+        return Answer(200, wire.filter_result([], {}, {}, error=str(exc)), "bad_request")
+    try:
+        pod = _pending(args.pod)
+    except ObjectError as exc:
+        # The user's own pod is wrong: say so on every node, where
+        # `kubectl describe pod` shows it, and let no preemption be tried.
+        reason = f"pod cannot be placed by rlix: {exc}"
+        result = wire.filter_result(
+            [], {}, dict.fromkeys(args.node_names, reason), node_items=args.node_items
+        )
+        return Answer(200, result, "pod_error")
+    outcome = filter_nodes(view, pod, args.node_names)
+    result = wire.filter_result(
+        outcome.feasible, outcome.failed, outcome.unresolvable, node_items=args.node_items
+    )
+    return Answer(200, result, "ok")
+
+
+def do_prioritize(view: PlacementView, body: bytes) -> Answer:
+    try:
+        args = wire.parse_args(body)
+    except wire.WireError as exc:
+        return _bad(str(exc))
+    try:
+        pod = _pending(args.pod)
+    except ObjectError:
+        # Filter already rejected this pod with the reason; stay neutral here.
+        return Answer(200, wire.priority_list(dict.fromkeys(args.node_names, 0)), "pod_error")
+    return Answer(200, wire.priority_list(score_values(view, pod, args.node_names)), "ok")
+
+
+def do_preempt(
+    view: PlacementView,
+    body: bytes,
+    name_of_uid: Callable[[str], str | None],
+    uid_of: Callable[[str], str | None],
+) -> Answer:
+    try:
+        args = wire.parse_preemption(body)
+    except wire.WireError as exc:
+        return _bad(str(exc))
+    try:
+        pod = _pending(args.pod)
+    except ObjectError as exc:
+        return _bad(f"pod cannot be placed by rlix: {exc}")
+    # Victims we cannot map to a workload keep their UID as their name, so the
+    # policy passes them through unchanged.
+    proposals = {
+        node: [name_of_uid(uid) or uid for uid in uids] for node, (uids, _) in args.victims.items()
+    }
+    chosen = choose_victims(view, pod, proposals)
+    out = {
+        node: ([uid_of(name) or name for name in names], args.victims[node][1])
+        for node, names in chosen.items()
+    }
+    return Answer(200, wire.preemption_result(out), "ok")

@@ -1,0 +1,92 @@
+"""``rlix-extender``: serve the kube-scheduler extender for the rlix-scheduler profile."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections.abc import Sequence
+
+from rlix.core.names import SCHEDULER_NAME
+
+DESCRIPTION = f"""\
+Serve the RLix scheduler extender (filter, prioritize, preempt) for the
+'{SCHEDULER_NAME}' kube-scheduler profile. Point a KubeSchedulerConfiguration
+extender at http://HOST:PORT with filterVerb "filter", prioritizeVerb
+"prioritize", preemptVerb "preempt", nodeCacheCapable: true and
+managedResources nvidia.com/gpu (see docs/extender.md).
+
+Also serves /healthz, /readyz (ready once nodes and pods were listed),
+/metrics (Prometheus) and /debug/snapshot (the cache, for `rlix replay`).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlix-extender",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=8888, help="port to listen on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig of the cluster to watch (default: in-cluster, then ~/.kube/config)",
+    )
+    parser.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="do not watch the API server; the cache stays empty and /readyz reports "
+        "ready (for tests that feed the app directly)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default: %(default)s)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not 0 < args.port < 65536:
+        build_parser().error(f"--port must be 1..65535, got {args.port}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+
+    import uvicorn
+
+    from rlix.extender.app import create_app
+    from rlix.extender.cache import ClusterCache
+    from rlix.extender.watcher import start_watching
+
+    cache = ClusterCache()
+    stop = threading.Event()
+    if args.no_watch:
+        cache.mark_synced("nodes")
+        cache.mark_synced("pods")
+    else:
+        try:
+            start_watching(cache, args.kubeconfig, stop)
+        except Exception as exc:  # no kubeconfig, unreadable file, bad context...
+            build_parser().exit(1, f"rlix-extender: cannot watch the cluster: {exc}\n")
+    try:
+        uvicorn.run(
+            create_app(cache, freeze_gc=True),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            access_log=False,
+        )
+    finally:
+        stop.set()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

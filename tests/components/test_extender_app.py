@@ -1,0 +1,203 @@
+"""The extender through an ASGI client: the wire format kube-scheduler speaks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from rlix.core.placement.builders import ClusterBuilder, cluster, node, pod
+from rlix.extender.app import create_app
+from rlix.extender.cache import ADDED, ClusterCache
+from rlix.extender.replay import replay
+from rlix.extender.testing import extender_args, node_object, pod_object, preemption_args, uid_for
+
+GiB = 1024
+FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+def call(app: Any, method: str, path: str, body: bytes | None = None) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+            return await client.request(method, path, content=body)
+
+    return asyncio.run(go())
+
+
+def fed(c: ClusterBuilder, *, ready: bool = True) -> ClusterCache:
+    snap = c.build()
+    cache = ClusterCache()
+    for n in snap.nodes.values():
+        cache.apply_node(ADDED, node_object(n))
+    for w in snap.workloads:
+        cache.apply_pod(ADDED, pod_object(w))
+    if ready:
+        cache.mark_synced("nodes")
+        cache.mark_synced("pods")
+    return cache
+
+
+CLUSTER = (
+    cluster()
+    .with_nodes(node("train-node"), node("roll-node"), node("tiny").gpus(2, mib=24 * GiB))
+    .with_pods(
+        *[pod(f"t{i}").job("a").memory(40 * GiB).phase("training").on("train-node", i)
+          for i in range(8)],
+        *[pod(f"r{i}").job("b").memory(40 * GiB).phase("rollout").on("roll-node", i)
+          for i in range(8)],
+    )
+)  # fmt: skip
+NEW_ROLLOUT = pod_object(pod("new").job("z").role("rollout").memory(30 * GiB).build())
+
+
+@pytest.fixture
+def app() -> Any:
+    return create_app(fed(CLUSTER))
+
+
+def test_filter_answers_with_go_field_names_and_readable_reasons(app: Any) -> None:
+    names = ["train-node", "roll-node", "tiny", "ghost"]
+    r = call(app, "POST", "/filter", extender_args(NEW_ROLLOUT, names))
+    assert r.status_code == 200
+    body = r.json()
+    assert set(body) == FILTER_KEYS
+    assert body["NodeNames"] == ["train-node", "roll-node"]
+    assert body["Error"] == ""
+    assert "per GPU" in body["FailedAndUnresolvableNodes"]["tiny"]
+    assert "not in the rlix extender's cache" in body["FailedAndUnresolvableNodes"]["ghost"]
+
+
+def test_filter_always_returns_node_names_even_empty(app: Any) -> None:
+    big = pod_object(pod("big").gpus(16).memory(1 * GiB).build())
+    body = call(app, "POST", "/filter", extender_args(big, ["train-node"])).json()
+    assert body["NodeNames"] == []
+    assert "node has 8 GPUs, pod needs 16" in body["FailedAndUnresolvableNodes"]["train-node"]
+
+
+def test_prioritize_prefers_the_complementary_node(app: Any) -> None:
+    r = call(app, "POST", "/prioritize", extender_args(NEW_ROLLOUT, ["roll-node", "train-node"]))
+    assert r.status_code == 200
+    scores = {h["Host"]: h["Score"] for h in r.json()}
+    assert set(r.json()[0]) == {"Host", "Score"}
+    assert scores["train-node"] > scores["roll-node"]
+    assert all(0 <= s <= 10 for s in scores.values())
+
+
+def test_preempt_rewrites_victims_to_the_least_harmful() -> None:
+    c = (
+        cluster()
+        .with_nodes(node("n").gpus(2))
+        .with_pods(
+            pod("train").job("a").memory(70 * GiB).phase("training").on("n", 0),
+            pod("roll").job("b").memory(70 * GiB).phase("rollout").on("n", 1),
+        )
+    )
+    app = create_app(fed(c))
+    vip = pod_object(pod("vip").job("v").memory(60 * GiB).priority(100).build())
+    r = call(app, "POST", "/preempt", preemption_args(vip, {"n": [uid_for("default/train")]}))
+    assert r.status_code == 200
+    assert r.json() == {
+        "NodeNameToMetaVictims": {
+            "n": {"Pods": [{"UID": uid_for("default/roll")}], "NumPDBViolations": 0}
+        }
+    }
+
+
+def test_preempt_drops_a_node_whose_only_victim_is_protected() -> None:
+    c = (
+        cluster()
+        .with_nodes(node("n").gpus(1))
+        .with_pods(
+            pod("keep").job("a").memory(70 * GiB).phase("rollout").preemptible(False).on("n", 0)
+        )
+    )
+    app = create_app(fed(c))
+    vip = pod_object(pod("vip").memory(60 * GiB).priority(100).build())
+    r = call(app, "POST", "/preempt", preemption_args(vip, {"n": [uid_for("default/keep")]}))
+    assert r.json() == {"NodeNameToMetaVictims": {}}
+
+
+def test_pod_with_garbage_annotation_is_told_why_on_every_node(app: Any) -> None:
+    bad = pod_object(pod("bad").build())
+    bad["metadata"]["annotations"]["rlix.io/gpu-memory-mib"] = "lots"
+    body = call(app, "POST", "/filter", extender_args(bad, ["train-node", "roll-node"])).json()
+    assert body["NodeNames"] == []
+    reasons = body["FailedAndUnresolvableNodes"]
+    assert set(reasons) == {"train-node", "roll-node"}
+    assert "rlix.io/gpu-memory-mib must be an integer MiB" in reasons["train-node"]
+    scores = call(app, "POST", "/prioritize", extender_args(bad, ["train-node"])).json()
+    assert scores == [{"Host": "train-node", "Score": 0}]
+
+
+def test_pod_without_gpus_passes_filter_untouched(app: Any) -> None:
+    cpu = pod_object(pod("cpu").gpus(0).build())
+    body = call(app, "POST", "/filter", extender_args(cpu, ["tiny", "ghost"])).json()
+    assert body["NodeNames"] == ["tiny", "ghost"]
+
+
+def test_full_node_list_mode_is_answered_too(app: Any) -> None:
+    nodes = {"items": [node_object(n) for n in CLUSTER.build().nodes.values()]}
+    body = json.dumps({"Pod": NEW_ROLLOUT, "Nodes": nodes, "NodeNames": None}).encode()
+    out = call(app, "POST", "/filter", body).json()
+    assert out["NodeNames"] == ["train-node", "roll-node"]
+    assert [i["metadata"]["name"] for i in out["Nodes"]["items"]] == ["train-node", "roll-node"]
+
+
+@pytest.mark.parametrize(
+    ("verb", "body", "words"),
+    [
+        ("filter", b"", "empty request body"),
+        ("filter", b"{not json", "not JSON"),
+        ("filter", b"[1]", "must be a JSON object"),
+        ("filter", b'{"NodeNames": ["a"]}', "field Pod"),
+        ("filter", b'{"Pod": {}, "NodeNames": "a"}', "NodeNames must be a list"),
+        ("filter", b'{"Pod": {"metadata": {"name": "p"}}}', "neither NodeNames nor Nodes"),
+        ("prioritize", b"{", "not JSON"),
+        ("preempt", b'{"Pod": {}, "NodeNameToMetaVictims": []}', "must be an object"),
+        ("preempt", b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [{}]}}}', "no UID"),
+    ],
+)
+def test_malformed_requests_get_a_clear_error(app: Any, verb: str, body: bytes, words: str) -> None:
+    r = call(app, "POST", f"/{verb}", body)
+    assert r.status_code in (200, 400)
+    payload = r.json()
+    assert words in payload["Error"]
+    if verb == "filter":
+        assert r.status_code == 200 and payload["NodeNames"] == []
+
+
+def test_health_readiness_metrics_and_snapshot() -> None:
+    cache = fed(CLUSTER, ready=False)
+    app = create_app(cache)
+    assert call(app, "GET", "/healthz").status_code == 200
+    assert call(app, "GET", "/readyz").status_code == 503
+    cache.mark_synced("nodes")
+    cache.mark_synced("pods")
+    assert call(app, "GET", "/readyz").status_code == 200
+
+    call(app, "POST", "/filter", extender_args(NEW_ROLLOUT, ["train-node"]))
+    call(app, "POST", "/prioritize", b"{")
+    text = call(app, "GET", "/metrics").text
+    assert 'rlix_extender_request_seconds_count{verb="filter"} 1.0' in text
+    assert 'rlix_extender_requests_total{outcome="bad_request",verb="prioritize"} 1.0' in text
+    assert "rlix_extender_cache_nodes 3.0" in text
+
+    snap = call(app, "GET", "/debug/snapshot").json()
+    assert {n["name"] for n in snap["nodes"]} == {"train-node", "roll-node", "tiny"}
+    assert snap["uids"][uid_for("default/t0")] == "default/t0"
+    # The captured snapshot replays offline to the same verdict as the live app.
+    report = replay(snap, NEW_ROLLOUT)
+    live = call(app, "POST", "/prioritize", extender_args(NEW_ROLLOUT, ["train-node", "roll-node"]))
+    live_scores = {h["Host"]: h["Score"] for h in live.json()}
+    assert [r["node"] for r in report["ranking"]] == ["train-node", "roll-node"]
+    assert {r["node"]: r["score"] for r in report["ranking"]} == live_scores
+    assert "tiny" in report["unresolvable"]
+
+
+def test_unknown_route_is_404_not_500(app: Any) -> None:
+    assert call(app, "POST", "/bind", b"{}").status_code == 404
+    assert call(app, "GET", "/filter").status_code == 405

@@ -1,0 +1,64 @@
+"""``rlix-extender`` starts as a subprocess on a given port (as e2e will run it)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from rlix.core.placement.builders import pod
+from rlix.extender.testing import extender_args, pod_object
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serves_over_loopback_without_a_cluster() -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlix.extender.main", "--no-watch", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/readyz", timeout=1) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                assert time.monotonic() < deadline, "extender did not start in 30 s"
+                time.sleep(0.1)
+        body = extender_args(pod_object(pod("p").build()), ["n1"])
+        req = urllib.request.Request(f"{base}/filter", data=body, method="POST")
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            answer = json.loads(r.read())
+        assert answer["NodeNames"] == []
+        assert "not in the rlix extender's cache" in answer["FailedAndUnresolvableNodes"]["n1"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def test_bad_port_is_a_usage_error() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rlix.extender.main", "--no-watch", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert "--port must be 1..65535" in out.stderr

@@ -1,0 +1,57 @@
+"""Snapshot documents round-trip exactly and reject hand-edits clearly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from rlix.core.placement import SnapshotDocumentError, snapshot_from_doc, snapshot_to_doc
+from rlix.core.placement.builders import cluster, node, pod
+
+
+def sample() -> Any:
+    return (
+        cluster()
+        .with_nodes(node("a").domain("rack-1").used(100, 200), node("b").gpus(4).cordoned())
+        .with_pods(
+            pod("x").job("j", gang=2).role("rollout").gpus(2).memory(rollout=10, training=20)
+            .phase("rollout").priority(3).on("a", 0, 1),
+            pod("y").suspended().preemptible(False),
+        )
+        .build()
+    )  # fmt: skip
+
+
+def test_round_trip_is_exact_through_json() -> None:
+    snap = sample()
+    doc = json.loads(json.dumps(snapshot_to_doc(snap)))
+    again = snapshot_from_doc(doc)
+    assert again.nodes == snap.nodes
+    assert again.workloads == snap.workloads
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda d: d.update(version=99), "version 99"),
+        (lambda d: d.pop("nodes"), "missing field 'nodes'"),
+        (lambda d: d["nodes"][0].update(gpuCount="8"), "'gpuCount' has the wrong type"),
+        (lambda d: d["nodes"][0].update(gpuCount=True), "'gpuCount' has the wrong type"),
+        (lambda d: d["workloads"][0].update(phase="warmup"), "unknown phase 'warmup'"),
+        (lambda d: d["workloads"][0]["memoryMiB"].update(rollout=-1), "memoryMiB['rollout']"),
+        (lambda d: d["workloads"].append(7), "workload entry must be an object"),
+        (lambda d: d["nodes"][0]["gpus"].append("gpu"), "gpus[2] must be an object"),
+    ],
+)
+def test_bad_documents_name_the_field(edit: Any, words: str) -> None:
+    doc = snapshot_to_doc(sample())
+    edit(doc)
+    with pytest.raises(SnapshotDocumentError, match=words.replace("[", r"\[").replace("(", r"\(")):
+        snapshot_from_doc(doc)
+
+
+def test_not_an_object() -> None:
+    with pytest.raises(SnapshotDocumentError, match="JSON object"):
+        snapshot_from_doc([])
