@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> creating $(VENV) and installing rlix[dev] (pinned)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip==25.3
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -e '.[dev,test-torch]'
 	@touch $@
 
 .PHONY: venv
@@ -51,7 +51,7 @@ fmt: venv ## Format and autofix with ruff
 test: venv toolchain lint verify ## Every tier CI can run: core, components, real control plane
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest $(PYTEST_ARGS)
 	@hack/kind-up.sh --check
-	@echo "gpu tier: run 'make gpu-check' on a machine with an NVIDIA GPU (none here)"
+	@$(MAKE) --no-print-directory gpu-check
 
 .PHONY: test-fast
 test-fast: venv ## Tiers 1-2 only (no control plane)
@@ -85,15 +85,18 @@ kind-up: ## kind cluster + kwok fake GPU nodes (needs a Docker engine; skips wit
 	@hack/kind-up.sh
 
 .PHONY: demo
-demo: cluster-up ## The one-command demo (see README)
-	@echo
-	@echo "make demo: the local cluster is up (above). Not built yet: submitting example RLJobs"
-	@echo "through the operator, extender and node agents with live progress (issue #8)."
+demo: venv toolchain ## The one-command demo: local cluster, all of RLix, six RL jobs, a summary (KUBECONFIG=... for an existing cluster)
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(VENV)/bin/rlix demo $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: bench
 bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/results/
 	$(PY) bench/extender_latency.py --uvicorn
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/operator_admission.py
+	$(PY) bench/agent_latency.py
+
+.PHONY: gpu-check
+gpu-check: venv ## Tier 5 on a GPU machine: suspend/resume 1/16/64 GB vs the pinned-copy floor, relocation, driver checkpoint (skips without a GPU)
+	@$(PY) hack/gpu-check.py; rc=$$?; if [ $$rc -eq 77 ]; then echo "gpu tier skipped (no NVIDIA GPU here)"; exit 0; fi; exit $$rc
 
 .PHONY: clean
 clean: ## Remove the virtual environment and build leftovers (keeps the toolchain cache)

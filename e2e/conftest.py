@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -32,7 +30,7 @@ from rlix.devcluster import processes
 from rlix.devcluster.cluster import (
     ClusterOptions,
     DevCluster,
-    KubectlError,
+    ExistingCluster,
     default_workdir,
     reap_stale_clusters,
 )
@@ -51,38 +49,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@dataclass
-class ExternalCluster:
-    """An existing cluster (kind) selected by RLIX_E2E_KUBECONFIG."""
-
-    kubeconfig: Path
-    bin_dir: Path
-    extender_port: int = 0  # no local extender port: the scheduler runs in-cluster
-
-    def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
-        result = subprocess.run(
-            cmd, check=False, input=input, capture_output=True, text=True, timeout=timeout_s
-        )
-        if check and result.returncode != 0:
-            raise KubectlError(result.returncode, cmd, output=result.stdout, stderr=result.stderr)
-        return result
-
-
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # Turn SIGTERM into an exception so pytest unwinds and fixtures tear down.
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[DevCluster | ExternalCluster]:
+def cluster() -> Iterator[DevCluster | ExistingCluster]:
     tools = bin_dir()
     external = os.environ.get("RLIX_E2E_KUBECONFIG")
     if external:
         os.environ["KUBECONFIG"] = external
-        yield ExternalCluster(kubeconfig=Path(external), bin_dir=tools)
+        yield ExistingCluster(Path(external), tools)
         return
 
     workdir = default_workdir()
@@ -111,7 +89,7 @@ def cluster() -> Iterator[DevCluster | ExternalCluster]:
 
 
 @pytest.fixture
-def local_cluster(cluster: DevCluster | ExternalCluster) -> DevCluster:
+def local_cluster(cluster: DevCluster | ExistingCluster) -> DevCluster:
     """The session's own control plane; tier 4 (kind) skips tests that need it."""
     if not isinstance(cluster, DevCluster):
         pytest.skip("needs the session's local control plane (extender port on 127.0.0.1)")
@@ -119,7 +97,7 @@ def local_cluster(cluster: DevCluster | ExternalCluster) -> DevCluster:
 
 
 @pytest.fixture
-def namespace(cluster: DevCluster | ExternalCluster) -> Iterator[str]:
+def namespace(cluster: DevCluster | ExistingCluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     cluster.kubectl("create", "namespace", name)
     try:

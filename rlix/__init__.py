@@ -24,6 +24,7 @@ from rlix.client.api import (
     register_engine,
     register_offload,
     register_torch,
+    report_usage,
     safe_point,
     suspended,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "register_engine",
     "register_offload",
     "register_torch",
+    "report_usage",
     "safe_point",
     "suspended",
 ]

@@ -60,6 +60,12 @@ class Kube:
         )
         return list(out.get("items", []))
 
+    def patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self._core.patch_namespaced_pod(name, namespace, body)
+
+    def patch_pod_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self._core.patch_namespaced_pod_status(name, namespace, body)
+
     def view(self, namespace: str | None) -> ClusterView:
         return ClusterView(
             rljobs=self.rljobs(namespace), pods=self.rlix_pods(namespace), nodes=self.gpu_nodes()

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from rlix import __version__
-from rlix.cli import cluster, describe, top
+from rlix.cli import cluster, demo, describe, replay, top
 
 EPILOG = """\
 examples:
@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(sub)
     top.add_parser(sub)
     describe.add_parser(sub)
+    replay.add_parser(sub)
+    demo.add_parser(sub)
     return parser
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from rlix.devcluster import manifests, processes
+from rlix.devcluster import manifests, processes, scheduler
 
 Log = Callable[[str], None]
 
@@ -80,6 +80,29 @@ class KubectlError(subprocess.CalledProcessError):
         return f"{super().__str__()}\n{(self.stderr or '').strip()}"
 
 
+class ExistingCluster:
+    """A cluster someone else runs (kind, a real one), reached through its kubeconfig."""
+
+    def __init__(self, kubeconfig: Path, bin_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.bin_dir = bin_dir
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        result = subprocess.run(
+            cmd, check=False, input=input, capture_output=True, text=True, timeout=timeout_s
+        )
+        if check and result.returncode != 0:
+            raise KubectlError(result.returncode, cmd, output=result.stdout, stderr=result.stderr)
+        return result
+
+    def apply(self, objects: Sequence[dict[str, Any]]) -> None:
+        body = yaml.safe_dump_all(list(objects), sort_keys=False)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)
+
+
 class DevCluster:
     """One named local cluster. Safe to construct without starting anything."""
 
@@ -104,10 +127,6 @@ class DevCluster:
     @property
     def _state_path(self) -> Path:
         return self.dir / "rlix-state.json"
-
-    @property
-    def scheduler_log(self) -> Path:
-        return self.dir / "logs" / "rlix-scheduler.log"
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -271,39 +290,18 @@ class DevCluster:
         old = self._read_state()
         if old.scheduler_pid > 0:
             processes.stop_process_group(old.scheduler_pid)
-        port = processes.free_port()
-        config = manifests.rlix_scheduler_config(
-            kubeconfig=str(self.kubeconfig), extender_url=self.options.extender_url
-        )
-        config["leaderElection"]["leaderElect"] = self.options.leader_elect
-        config_path = self.dir / "rlix-scheduler.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.scheduler_log.parent.mkdir(parents=True, exist_ok=True)
         self._log(f"starting rlix-scheduler (extender {self.options.extender_url})")
-        pid = processes.spawn_detached(
-            [
-                str(self.bin_dir / "kube-scheduler"),
-                f"--config={config_path}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-                "--v=2",
-            ],
-            log=self.scheduler_log,
+        pid, port = scheduler.start(
+            bin_dir=self.bin_dir,
+            kubeconfig=self.kubeconfig,
+            extender_url=self.options.extender_url,
+            workdir=self.dir,
+            leader_elect=self.options.leader_elect,
         )
         state = self._read_state()
         state.scheduler_pid, state.scheduler_port = pid, port
         state.extender_url = self.options.extender_url
         self._write_state(state)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if not processes.pid_alive(pid):
-                tail = self.scheduler_log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"rlix-scheduler exited during start:\n{tail}")
-            if processes.https_ok(f"https://127.0.0.1:{port}/healthz"):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"rlix-scheduler not healthy after 60s; see {self.scheduler_log}")
 
     def _wait_nodes_ready(self) -> None:
         if self.options.nodes == 0:

@@ -1,0 +1,36 @@
+"""`rlix demo` end to end: every RLix component, real control plane, simulated trainers.
+
+The demo starts its own cluster (named rlix-demo) beside the session's, runs
+the operator, extender, rlix-scheduler and one node agent per node, submits six
+RLJobs that ask more GPUs than the cluster has, and runs a trainer process per
+role pod through the real client library. It must finish every job.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rlix.demo.workload import demo_jobs
+
+
+def test_demo_completes_with_summary(tmp_path: Path) -> None:
+    out = tmp_path / "summary.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "rlix.cli.main", "demo", "--json", str(out),
+         "--workdir", str(tmp_path / "work"), "--timeout", "600"],
+        check=False, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    summary = json.loads(out.read_text())
+    jobs = demo_jobs()
+    assert summary["jobs"] == summary["jobs_succeeded"] == len(jobs)
+    # Every trainer iteration was reported through the agent and reached the status.
+    assert summary["iterations"] == sum(j.iterations for j in jobs)
+    assert 0.0 <= summary["gpu_idle_pct"] <= 100.0
+    assert "RLix demo summary" in result.stdout
+    # Jobs had to queue: more GPUs were asked for than the cluster has.
+    assert sum(j.gpus for j in jobs) > 32
+    assert "Queued=" in result.stderr

@@ -1,0 +1,7 @@
+"""``python -m rlix.agent`` = ``rlix-node-agent``."""
+
+import sys
+
+from rlix.agent.main import main
+
+sys.exit(main())

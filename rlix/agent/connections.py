@@ -1,0 +1,137 @@
+"""One client connection on the agent's socket: framing, replies, and requests
+the agent itself sends (suspend/resume) on the same connection.
+
+Every line is handled in the connection's own thread; a bad line gets an error
+reply and the loop goes on, so no client can crash the agent or another client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from rlix.agent.identities import Caller
+from rlix.core import agent_protocol as proto
+
+log = logging.getLogger(__name__)
+
+# Handler: the reply line to send for a request (or raise proto.ProtocolError).
+RequestHandler = Callable[["Connection", proto.Request], bytes]
+
+
+class ConnectionClosedError(Exception):
+    """The peer went away before answering."""
+
+
+class Connection:
+    def __init__(self, sock: socket.socket, caller: Caller, handler: RequestHandler) -> None:
+        self.sock = sock
+        self.caller = caller
+        self._handler = handler
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Future[proto.Reply]] = {}
+        self._pending_lock = threading.Lock()
+        self.closed = threading.Event()
+        self.hooks: tuple[str, ...] = ()
+
+    @property
+    def pid(self) -> int:
+        return self.caller.creds.pid
+
+    def send(self, line: bytes) -> None:
+        with self._send_lock:
+            self.sock.sendall(line)
+
+    def request(self, op: str, **args: Any) -> Future[proto.Reply]:
+        """Send a request to the client; the future resolves with its reply."""
+        fut: Future[proto.Reply] = Future()
+        msg_id = next(self._ids)
+        with self._pending_lock:
+            if self.closed.is_set():
+                fut.set_exception(ConnectionClosedError(f"pid {self.pid} disconnected"))
+                return fut
+            self._pending[msg_id] = fut
+        try:
+            self.send(proto.encode_request(msg_id, op, **args))
+        except OSError as exc:
+            self._fail(msg_id, ConnectionClosedError(f"pid {self.pid}: {exc}"))
+        return fut
+
+    def _fail(self, msg_id: int, exc: Exception) -> None:
+        with self._pending_lock:
+            fut = self._pending.pop(msg_id, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(exc)
+
+    def serve(self) -> None:
+        """Read lines until the peer closes; always cleans up."""
+        reader = self.sock.makefile("rb")
+        try:
+            while True:
+                line = reader.readline(proto.MAX_LINE_BYTES + 1)
+                if not line:
+                    return
+                if not line.endswith(b"\n") and len(line) > proto.MAX_LINE_BYTES:
+                    # Too long to resynchronise on: answer once, then hang up,
+                    # draining first so the reset of an unread close cannot
+                    # swallow the answer.
+                    limit = proto.MAX_LINE_BYTES
+                    self._safe_send(
+                        proto.encode_error(None, proto.E_MALFORMED, f"line over {limit} bytes")
+                    )
+                    with contextlib.suppress(OSError):
+                        self.sock.shutdown(socket.SHUT_WR)
+                        self.sock.settimeout(1.0)
+                        while reader.read1(65536):
+                            pass
+                    return
+                if line.strip():
+                    self._handle_line(line)
+        except OSError:
+            return
+        finally:
+            reader.close()
+            self.close()
+
+    def _handle_line(self, line: bytes) -> None:
+        try:
+            msg = proto.decode(line)
+        except proto.ProtocolError as exc:
+            self._safe_send(proto.encode_error(exc.msg_id, exc.code, exc.message))
+            return
+        if isinstance(msg, proto.Reply):
+            with self._pending_lock:
+                fut = self._pending.pop(msg.re, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+            return
+        try:
+            out = self._handler(self, msg)
+        except proto.ProtocolError as exc:
+            out = proto.encode_error(msg.id, exc.code, exc.message)
+        except Exception as exc:  # a handler bug must not kill the connection or agent
+            log.exception("handler failed for op %s from pid %s", msg.op, self.pid)
+            out = proto.encode_error(msg.id, proto.E_FAILED, f"internal error: {exc}")
+        self._safe_send(out)
+
+    def _safe_send(self, line: bytes) -> None:
+        with contextlib.suppress(OSError):  # the peer is gone; the read loop notices
+            self.send(line)
+
+    def close(self) -> None:
+        with self._pending_lock:
+            self.closed.set()
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(f"pid {self.pid} disconnected"))
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()

@@ -1,0 +1,57 @@
+"""The Kubernetes implementation of the publishing port and the pod directory.
+
+Thin on purpose: each function is one API call, so the real-cluster test tier
+can exercise it against a real API server. Merge patches on ``metadata`` only;
+the agent needs RBAC ``patch`` on nodes and pods and ``list`` on pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlix.agent.identities import PodIdentity
+from rlix.agent.publishing import Annotations
+
+
+class KubePublisher:
+    def __init__(self, api: Any) -> None:
+        """``api`` is a ``kubernetes.client.CoreV1Api``."""
+        self._api = api
+
+    def patch_node_annotations(self, *, node: str, annotations: Annotations) -> None:
+        self._api.patch_node(node, {"metadata": {"annotations": dict(annotations)}})
+
+    def patch_pod_annotations(self, *, namespace: str, name: str, annotations: Annotations) -> None:
+        body = {"metadata": {"annotations": dict(annotations)}}
+        self._api.patch_namespaced_pod(name, namespace, body)
+
+
+class KubePodDirectory:
+    """Pod UID -> identity for pods bound to this node (listed on a miss)."""
+
+    def __init__(self, api: Any, *, node: str) -> None:
+        self._api = api
+        self._node = node
+        self._by_uid: dict[str, PodIdentity] = {}
+
+    def __call__(self, uid: str) -> PodIdentity | None:
+        if uid not in self._by_uid:
+            pods = self._api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self._node}"
+            )
+            self._by_uid = {
+                p.metadata.uid: PodIdentity(p.metadata.uid, p.metadata.namespace, p.metadata.name)
+                for p in pods.items
+            }
+        return self._by_uid.get(uid)
+
+
+def core_v1_api(kubeconfig: str | None) -> Any:
+    """In-cluster config inside the DaemonSet, a kubeconfig file otherwise."""
+    from kubernetes import client, config
+
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call,unused-ignore]
+    else:
+        config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
+    return client.CoreV1Api()

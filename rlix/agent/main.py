@@ -1,0 +1,229 @@
+"""``rlix-node-agent``: the per-node DaemonSet process (see docs/node-agent.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
+from rlix.agent.gpus import GpuBackend
+from rlix.agent.identities import CgroupResolver, PodDirectory, static_directory
+from rlix.agent.parking_state import StateStore
+from rlix.agent.preemption import Preemption
+from rlix.agent.publication import BackgroundPublisher
+from rlix.agent.publishing import FilePublisher, Publisher
+from rlix.agent.server import AgentServer
+from rlix.agent.simulated_gpus import SimulatedBackend
+
+DESCRIPTION = """\
+RLix node agent. One per GPU node (a privileged DaemonSet with hostPID).
+
+It does three things:
+  1. watches the node's GPUs (NVML, or a simulated backend on kwok/CI nodes)
+     and publishes them as the node annotation rlix.io/gpus;
+  2. serves a unix socket, mounted into pods, where the rlix client library
+     reports phases (published as pod annotations rlix.io/phase and
+     rlix.io/phase-since). Each caller is identified by the kernel's peer
+     credentials (SO_PEERCRED -> PID -> /proc/PID/cgroup -> pod UID), never by
+     what it sends, so a pod can only speak for itself;
+  3. suspends and resumes pods in place on request: the pod's client parks
+     device memory in pinned host memory through its registered hooks (or the
+     CUDA driver checkpoint API is used for processes without hooks), and the
+     agent records what was parked, with checksums, under --state-dir so a
+     restarted agent can still resume it.
+"""
+
+EPILOG = """\
+examples:
+  # on a real GPU node (in the DaemonSet; NODE_NAME from the downward API)
+  rlix-node-agent --backend nvml --proc-root /host/proc
+
+  # a local, API-server-free agent for tests and experiments
+  rlix-node-agent --no-kube --backend simulated --sim-gpus 8 \\
+      --socket /tmp/rlix/agent.sock --state-dir /tmp/rlix/state \\
+      --pod-map pods.json --node-name dev-node
+
+  # ask it for its state (any host process running as the agent's user)
+  printf '{"v":1,"id":1,"op":"status"}\\n' | socat - UNIX-CONNECT:/tmp/rlix/agent.sock
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rlix-node-agent",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--socket",
+        type=Path,
+        default=Path("/run/rlix/agent.sock"),
+        help="unix socket to serve; mount its directory into pods and point "
+        "RLIX_AGENT_SOCKET at it (default: %(default)s)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("/var/lib/rlix-agent"),
+        help="where suspended-pod records live; use a hostPath so they outlive "
+        "the agent's pod (default: %(default)s)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("nvml", "simulated"),
+        default="nvml",
+        help="nvml: real GPUs; simulated: GPUs whose memory follows what "
+        "processes report (kwok nodes, CI) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME", ""),
+        help="this node's name (default: $NODE_NAME)",
+    )
+    kube = p.add_mutually_exclusive_group()
+    kube.add_argument("--kubeconfig", help="kubeconfig file; in-cluster config when omitted")
+    kube.add_argument(
+        "--no-kube",
+        action="store_true",
+        help="no API server: publish to <state-dir>/published.jsonl instead",
+    )
+    p.add_argument(
+        "--pod-map",
+        type=Path,
+        help="with --no-kube: JSON file {pod-uid: 'namespace/name'} naming pods",
+    )
+    p.add_argument(
+        "--proc-root",
+        type=Path,
+        default=Path("/proc"),
+        help="where to read PID/cgroup from (host /proc with hostPID; a fake tree "
+        "in tests) (default: %(default)s)",
+    )
+    p.add_argument("--sim-gpus", type=int, default=8, help="simulated backend: GPU count")
+    p.add_argument(
+        "--sim-gpu-memory-mib",
+        type=int,
+        default=143_771,
+        help="simulated backend: MiB per GPU (default: an H200's)",
+    )
+    p.add_argument(
+        "--publish-interval",
+        type=float,
+        default=10.0,
+        help="seconds between GPU state publications (default: %(default)s)",
+    )
+    p.add_argument(
+        "--suspend-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a suspend/resume request waits for the pod's processes; a "
+        "suspend takes effect at the process's next phase boundary "
+        "(default: %(default)s)",
+    )
+    p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+    return p
+
+
+def _pod_directory(args: argparse.Namespace, api: object | None) -> PodDirectory:
+    if api is not None:
+        from rlix.agent.kube_publishing import KubePodDirectory
+
+        return KubePodDirectory(api, node=args.node_name)
+    pods: dict[str, tuple[str, str]] = {}
+    if args.pod_map is not None:
+        raw = json.loads(args.pod_map.read_text())
+        for uid, key in raw.items():
+            namespace, sep, name = str(key).partition("/")
+            if not sep or not namespace or not name:
+                raise SystemExit(f"--pod-map: {uid!r} must map to 'namespace/name', got {key!r}")
+            pods[uid] = (namespace, name)
+    return static_directory(pods)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.node_name:
+        print("rlix-node-agent: --node-name (or $NODE_NAME) is required", file=sys.stderr)
+        return 2
+    if args.pod_map is not None and not args.no_kube:
+        print("rlix-node-agent: --pod-map only applies with --no-kube", file=sys.stderr)
+        return 2
+
+    backend: GpuBackend
+    checkpointer: Checkpointer
+    if args.backend == "simulated":
+        backend = SimulatedBackend(gpu_count=args.sim_gpus, memory_mib=args.sim_gpu_memory_mib)
+        checkpointer = NoCheckpointer("simulated GPUs have no driver to checkpoint")
+    else:
+        from rlix.agent.nvml_gpus import NvmlBackend
+
+        backend = NvmlBackend()
+        checkpointer = CudaDriverCheckpointer()
+
+    api: object | None = None
+    port: Publisher
+    if args.no_kube:
+        port = FilePublisher(args.state_dir / "published.jsonl")
+    else:
+        from rlix.agent.kube_publishing import KubePublisher, core_v1_api
+
+        api = core_v1_api(args.kubeconfig)
+        port = KubePublisher(api)
+
+    def now() -> datetime:
+        return datetime.now(UTC)
+
+    publisher = BackgroundPublisher(port)
+    preemption = Preemption(
+        store=StateStore(args.state_dir),
+        backend=backend,
+        checkpointer=checkpointer,
+        publisher=publisher,
+        now=now,
+        timeout_s=args.suspend_timeout,
+    )
+    for problem in preemption.load_problems:
+        logging.error("unreadable suspended-pod record (kept for inspection): %s", problem)
+    server = AgentServer(
+        socket_path=args.socket,
+        node_name=args.node_name,
+        resolver=CgroupResolver(proc_root=args.proc_root, directory=_pod_directory(args, api)),
+        backend=backend,
+        publisher=publisher,
+        preemption=preemption,
+        now=now,
+    )
+    server.bind()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        server.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.publish_gpus()
+    threading.Thread(target=server.publish_loop, args=(args.publish_interval,), daemon=True).start()
+    reason = checkpointer.unsupported_reason()
+    logging.info(
+        "listening on %s (backend %s, node %s); transparent suspend: %s",
+        args.socket,
+        backend.name,
+        args.node_name,
+        reason or "available",
+    )
+    server.serve_forever()
+    publisher.flush(timeout=5)
+    publisher.stop()
+    return 0

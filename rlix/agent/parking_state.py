@@ -1,0 +1,159 @@
+"""What is parked, where, with which checksums: persisted so it outlives the agent.
+
+The parked bytes themselves stay with their owner (the client process keeps its
+host copy in pinned memory, so an agent crash cannot lose them). What the agent
+owns is the *record*: which processes of which pod are suspended, and the
+checksums they reported when they parked. On restart the agent reloads the
+records, and a resume still verifies against the checksums taken at suspend
+time, not against whatever the client claims later.
+
+One JSON file per pod under ``<state-dir>/suspended/``, written atomically
+(temp file, fsync, rename), so a SIGKILL mid-write leaves the old record or the
+new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_UID = re.compile(r"^[0-9a-f-]{1,64}$")
+
+
+class ManifestError(ValueError):
+    """A client's parked manifest is not in the documented shape."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedEntry:
+    name: str
+    nbytes: int
+    checksum: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What one client process parked (see docs/node-agent.md)."""
+
+    where: str  # "host" | "gpu:<index>" | "driver-checkpoint"
+    entries: tuple[ParkedEntry, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self.entries)
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "where": self.where,
+            "entries": [
+                {"name": e.name, "nbytes": e.nbytes, "checksum": e.checksum} for e in self.entries
+            ],
+        }
+
+
+def manifest_from_doc(doc: Any) -> Manifest:
+    if not isinstance(doc, Mapping):
+        raise ManifestError(f"manifest must be an object, got {type(doc).__name__}")
+    where = doc.get("where")
+    if not isinstance(where, str) or not where:
+        raise ManifestError("manifest needs a non-empty string 'where'")
+    raw = doc.get("entries")
+    if not isinstance(raw, list):
+        raise ManifestError("manifest needs a list 'entries'")
+    entries = []
+    for i, e in enumerate(raw):
+        if not isinstance(e, Mapping):
+            raise ManifestError(f"entries[{i}] must be an object")
+        name, nbytes, checksum = e.get("name"), e.get("nbytes"), e.get("checksum")
+        if not isinstance(name, str) or not isinstance(checksum, str) or not checksum:
+            raise ManifestError(f"entries[{i}] needs string 'name' and 'checksum'")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ManifestError(f"entries[{i}] needs a non-negative integer 'nbytes'")
+        entries.append(ParkedEntry(name, nbytes, checksum))
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise ManifestError("manifest entry names must be unique")
+    return Manifest(where=where, entries=tuple(entries))
+
+
+@dataclass(slots=True)
+class SuspendedPod:
+    uid: str
+    namespace: str
+    name: str
+    since: str  # RFC 3339
+    processes: dict[int, Manifest] = field(default_factory=dict)  # host pid -> manifest
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "since": self.since,
+            "processes": {str(pid): m.to_doc() for pid, m in self.processes.items()},
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> SuspendedPod:
+        if doc.get("version") != 1:
+            raise ManifestError(f"unsupported state file version {doc.get('version')!r}")
+        return cls(
+            uid=str(doc["uid"]),
+            namespace=str(doc["namespace"]),
+            name=str(doc["name"]),
+            since=str(doc["since"]),
+            processes={int(p): manifest_from_doc(m) for p, m in doc["processes"].items()},
+        )
+
+
+class StateStore:
+    """Suspended-pod records under ``<state_dir>/suspended``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._dir = state_dir / "suspended"
+        self._dir.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, uid: str) -> Path:
+        if not _UID.match(uid):
+            raise ValueError(f"not a pod UID: {uid!r}")
+        return self._dir / f"{uid}.json"
+
+    def save(self, pod: SuspendedPod) -> None:
+        path = self._path(pod.uid)
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w") as f:
+            json.dump(pod.to_doc(), f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        dir_fd = os.open(self._dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename itself durable
+        finally:
+            os.close(dir_fd)
+
+    def delete(self, uid: str) -> None:
+        self._path(uid).unlink(missing_ok=True)
+
+    def load_all(self) -> tuple[dict[str, SuspendedPod], list[str]]:
+        """Every record, and a problem line for each file that could not be read.
+
+        A corrupt file is reported, not deleted: it may be the only trace of a
+        suspended pod, and a human should look at it.
+        """
+        pods: dict[str, SuspendedPod] = {}
+        problems: list[str] = []
+        for path in sorted(self._dir.glob("*.json")):
+            try:
+                pod = SuspendedPod.from_doc(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                problems.append(f"{path}: {exc}")
+                continue
+            pods[pod.uid] = pod
+        return pods, problems

@@ -1,0 +1,82 @@
+"""Publishing off the request path: phase reports are answered at socket speed
+while a worker thread carries the annotations to the API server.
+
+Patches to the same object coalesce (the newest value of each annotation
+wins), so a trainer that switches phase faster than the API server answers
+costs one patch per flush, not one per switch; and an API server outage slows
+nothing but the publication itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+
+from rlix.agent.publishing import Publisher
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundPublisher:
+    def __init__(self, port: Publisher, *, retry_s: float = 1.0) -> None:
+        self._port = port
+        self._retry_s = retry_s
+        self._cv = threading.Condition()
+        self._pending: dict[tuple[str, str], dict[str, str | None]] = {}
+        self._in_flight = 0
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="rlix-publisher", daemon=True)
+        self._thread.start()
+
+    def pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        self._submit(("pod", f"{namespace}/{name}"), annotations)
+
+    def node(self, node: str, annotations: Mapping[str, str | None]) -> None:
+        self._submit(("node", node), annotations)
+
+    def _submit(self, key: tuple[str, str], annotations: Mapping[str, str | None]) -> None:
+        with self._cv:
+            self._pending.setdefault(key, {}).update(annotations)
+            self._cv.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything submitted so far was published (tests, shutdown)."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._pending and not self._in_flight, timeout)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._pending or self._stopped)
+                if self._stopped and not self._pending:
+                    return
+                batch, self._pending = self._pending, {}
+                self._in_flight = len(batch)
+            failed = {}
+            for (kind, key), values in batch.items():
+                try:
+                    if kind == "node":
+                        self._port.patch_node_annotations(node=key, annotations=values)
+                    else:
+                        namespace, name = key.split("/", 1)
+                        self._port.patch_pod_annotations(
+                            namespace=namespace, name=name, annotations=values
+                        )
+                except Exception as exc:  # the API server may be down; keep the data
+                    log.warning("publishing %s %s failed (%s); will retry", kind, key, exc)
+                    failed[(kind, key)] = values
+            with self._cv:
+                for k, ann in failed.items():
+                    # Newer submissions win over the retried older values.
+                    self._pending[k] = {**ann, **self._pending.get(k, {})}
+                self._in_flight = 0
+                self._cv.notify_all()
+                if failed and not self._stopped:
+                    self._cv.wait(self._retry_s)

@@ -1,0 +1,248 @@
+"""The agent's unix socket server: authenticate each peer, dispatch its requests.
+
+Who may do what is decided by the kernel's peer credentials alone:
+
+* a process inside a pod may report its own phase and usage and announce hooks;
+* a host process running as the agent's user (the operator-side controller or
+  an administrator on the node) may suspend, resume and query;
+* everything else is refused with a reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rlix.agent.connections import Connection
+from rlix.agent.gpus import BackendUnsupportedError, GpuBackend, gpu_annotation_doc
+from rlix.agent.identities import CgroupResolver, UnknownCallerError, peer_credentials
+from rlix.agent.preemption import Preemption, rfc3339
+from rlix.agent.publication import BackgroundPublisher
+from rlix.core import agent_protocol as proto
+from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_PHASE_SINCE
+from rlix.core.phases import Phase
+
+log = logging.getLogger(__name__)
+
+
+class AgentServer:
+    def __init__(
+        self,
+        *,
+        socket_path: Path,
+        node_name: str,
+        resolver: CgroupResolver,
+        backend: GpuBackend,
+        publisher: BackgroundPublisher,
+        preemption: Preemption,
+        now: Callable[[], datetime],
+        socket_mode: int = 0o666,
+    ) -> None:
+        self._path = socket_path
+        self._node = node_name
+        self._resolver = resolver
+        self._backend = backend
+        self._publisher = publisher
+        self.preemption = preemption
+        self._now = now
+        self._mode = socket_mode
+        self._phases: dict[str, tuple[Phase, str]] = {}  # pod uid -> (phase, since)
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._stop = threading.Event()
+        self._last_gpu_doc: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+    def bind(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.unlink(missing_ok=True)  # a stale socket from a killed agent
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(self._path))
+        # Any pod may connect (the socket is mounted into pods); what each may
+        # do is decided per connection from its peer credentials.
+        os.chmod(self._path, self._mode)
+        sock.listen(128)
+        self._sock = sock
+
+    def serve_forever(self) -> None:
+        assert self._sock is not None, "call bind() first"
+        while not self._stop.is_set():
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve_client, args=(client,), daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._sock is not None:
+            self._sock.close()
+
+    def publish_gpus(self) -> None:
+        """Publish the node's GPU state if it changed since the last publication."""
+        doc = json.dumps(gpu_annotation_doc(self._backend.gpus()), separators=(",", ":"))
+        if doc != self._last_gpu_doc:
+            self._last_gpu_doc = doc
+            self._publisher.node(self._node, {ANNOTATION_NODE_GPUS: doc})
+
+    def publish_loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.publish_gpus()
+            except Exception:
+                log.exception("publishing GPU state failed")
+
+    # -- connections ---------------------------------------------------------------
+    def _serve_client(self, client: socket.socket) -> None:
+        try:
+            caller = self._resolver.resolve(peer_credentials(client))
+        except (UnknownCallerError, OSError) as exc:
+            _refuse(client, str(exc))
+            return
+        conn = Connection(client, caller, self._handle)
+        if caller.pod is not None:
+            self.preemption.attach(conn)
+        try:
+            conn.serve()
+        finally:
+            if caller.pod is not None:
+                self.preemption.detach(conn)
+
+    def _handle(self, conn: Connection, req: proto.Request) -> bytes:
+        pod = conn.caller.pod
+        if req.op in proto.AGENT_OPS:
+            raise proto.ProtocolError(
+                proto.E_FORBIDDEN, f"op {req.op!r} is sent by the agent, not to it", msg_id=req.id
+            )
+        if req.op in proto.CLIENT_OPS:
+            if pod is None:
+                raise proto.ProtocolError(
+                    proto.E_FORBIDDEN,
+                    f"caller pid {conn.pid} is not in a pod; {req.op!r} is for pods only",
+                    msg_id=req.id,
+                )
+            return self._client_op(conn, req)
+        if pod is not None:
+            raise proto.ProtocolError(
+                proto.E_FORBIDDEN,
+                f"control op {req.op!r} refused from inside pod {pod.key}",
+                msg_id=req.id,
+            )
+        if conn.caller.creds.uid not in (0, os.getuid()):
+            raise proto.ProtocolError(
+                proto.E_FORBIDDEN,
+                f"control ops need uid 0 or {os.getuid()}, caller has {conn.caller.creds.uid}",
+                msg_id=req.id,
+            )
+        return self._control_op(req)
+
+    def _client_op(self, conn: Connection, req: proto.Request) -> bytes:
+        pod = conn.caller.pod
+        assert pod is not None
+        if req.op == proto.OP_HELLO:
+            hooks = req.args.get("hooks", [])
+            if not isinstance(hooks, list) or not all(isinstance(h, str) for h in hooks):
+                raise proto.ProtocolError(
+                    proto.E_BAD_FIELD, "'hooks' must be a list of strings", msg_id=req.id
+                )
+            conn.hooks = tuple(hooks)
+            state = self.preemption.on_hello(conn, req.args.get("parked"))
+            return proto.encode_reply(req.id, pod=pod.key, node=self._node, **state)
+        if req.op == proto.OP_PHASE:
+            raw = proto.require_str(req, "phase")
+            phase = Phase.parse(raw)
+            if phase is None:
+                valid = ", ".join(p.value for p in Phase)
+                raise proto.ProtocolError(
+                    proto.E_BAD_FIELD, f"unknown phase {raw!r}; valid: {valid}", msg_id=req.id
+                )
+            return proto.encode_reply(req.id, since=self._set_phase(pod.uid, pod, phase))
+        # OP_USAGE
+        gpu = proto.require_number(req, "gpu", low=0, high=1023)
+        mib = proto.require_number(req, "memory_mib", low=0, high=1 << 30)
+        util = proto.require_number(req, "utilization", low=0.0, high=1.0)
+        try:
+            self._backend.report_usage(conn.pid, int(gpu), int(mib), util)
+        except BackendUnsupportedError as exc:
+            raise proto.ProtocolError(proto.E_UNSUPPORTED, str(exc), msg_id=req.id) from None
+        except ValueError as exc:
+            raise proto.ProtocolError(proto.E_BAD_FIELD, str(exc), msg_id=req.id) from None
+        return proto.encode_reply(req.id)
+
+    def _set_phase(self, uid: str, pod: Any, phase: Phase) -> str:
+        with self._lock:
+            previous = self._phases.get(uid)
+            if previous is not None and previous[0] is phase:
+                return previous[1]  # same phase again: "since" does not move
+            since = rfc3339(self._now())
+            self._phases[uid] = (phase, since)
+        if pod.namespace:
+            self._publisher.pod(
+                pod.namespace,
+                pod.name,
+                {ANNOTATION_PHASE: phase.value, ANNOTATION_PHASE_SINCE: since},
+            )
+        return since
+
+    def _control_op(self, req: proto.Request) -> bytes:
+        if req.op == proto.OP_STATUS:
+            return proto.encode_reply(req.id, **self.status())
+        uid = proto.require_str(req, "pod_uid")
+        try:
+            if req.op == proto.OP_SUSPEND_POD:
+                result = self.preemption.suspend_pod(uid)
+            else:
+                result = self.preemption.resume_pod(uid)
+        except proto.ProtocolError as exc:
+            raise proto.ProtocolError(exc.code, exc.message, msg_id=req.id) from None
+        self.publish_gpus()
+        return proto.encode_reply(req.id, **result)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            phases = {uid: {"phase": p.value, "since": s} for uid, (p, s) in self._phases.items()}
+        suspended = {
+            uid: {str(pid): m.to_doc() for pid, m in rec.processes.items()}
+            for uid, rec in dict(self.preemption.suspended).items()
+        }
+        return {
+            "node": self._node,
+            "backend": self._backend.name,
+            "gpus": gpu_annotation_doc(self._backend.gpus()),
+            "processes": [
+                {
+                    "pid": p.pid,
+                    "gpu": p.gpu_index,
+                    "usedMiB": p.used_mib,
+                    "podUID": self._resolver.pod_uid(p.pid),
+                }
+                for p in self._backend.processes()
+            ],
+            "phases": phases,
+            "connected": self.preemption.sessions_doc(),
+            "suspended": suspended,
+            "stateProblems": self.preemption.load_problems,
+        }
+
+
+def _refuse(client: socket.socket, reason: str) -> None:
+    """Tell an unidentifiable peer why, then hang up so it can read the reason.
+
+    Closing a unix socket that still has unread input resets it and may drop
+    our reply before the peer reads it, so half-close and drain briefly first.
+    """
+    with contextlib.suppress(OSError):
+        client.sendall(proto.encode_error(None, proto.E_FORBIDDEN, reason))
+        client.shutdown(socket.SHUT_WR)
+        client.settimeout(1.0)
+        while client.recv(65536):
+            pass
+    client.close()

@@ -1,0 +1,145 @@
+"""Run a real agent process against a fake proc tree (tests and benchmarks).
+
+Like ``kopf.testing``: the agent under test is the real ``rlix-node-agent``
+program, started as a subprocess with ``--no-kube`` and the simulated backend.
+Only the proc root is fake, so peer authentication still starts from the
+kernel's ``SO_PEERCRED``: the harness writes ``<proc>/<pid>/cgroup`` for the
+real PIDs it wants the agent to see as pods (or as host processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rlix.agent.publishing import read_published
+from rlix.core import agent_protocol as proto
+
+# The real agent program, but it asks the kernel (prctl PR_SET_PDEATHSIG = 1)
+# to SIGTERM it when the test or benchmark that started it dies, so a killed
+# run leaves no agent behind.
+_BOOT = (
+    "import ctypes, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+    "from rlix.agent.main import main; sys.exit(main(sys.argv[1:]))"
+)
+HOST_CGROUP = "0::/user.slice/user-0.slice/session-1.scope\n"
+
+
+def pod_cgroup(uid: str, *, driver: str = "systemd") -> str:
+    """A cgroup v2 file as the kubelet would lay it out for a pod's container."""
+    if driver == "systemd":
+        slice_uid = uid.replace("-", "_")
+        return (
+            "0::/kubepods.slice/kubepods-burstable.slice/"
+            f"kubepods-burstable-pod{slice_uid}.slice/cri-containerd-0123abcd.scope\n"
+        )
+    return f"0::/kubepods/burstable/pod{uid}/0123abcd\n"
+
+
+class AgentProcess:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        pods: dict[str, str] | None = None,
+        sim_gpus: int = 2,
+        sim_gpu_memory_mib: int = 81920,
+        suspend_timeout_s: float = 30.0,
+        node: str = "node-a",
+    ) -> None:
+        self.root = root
+        self.proc = root / "proc"
+        self.state_dir = root / "state"
+        self.socket = root / "run" / "agent.sock"
+        self.node = node
+        self._pods = dict(pods or {})
+        self._args = [
+            "--no-kube",
+            "--backend=simulated",
+            f"--sim-gpus={sim_gpus}",
+            f"--sim-gpu-memory-mib={sim_gpu_memory_mib}",
+            f"--socket={self.socket}",
+            f"--state-dir={self.state_dir}",
+            f"--proc-root={self.proc}",
+            f"--pod-map={root / 'pods.json'}",
+            f"--node-name={node}",
+            f"--suspend-timeout={suspend_timeout_s}",
+            "--publish-interval=0.2",
+            "--log-level=WARNING",
+        ]
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.log = root / "agent.log"
+        self.set_cgroup(os.getpid(), HOST_CGROUP)  # the test itself is a host process
+
+    def set_cgroup(self, pid: int, text: str) -> None:
+        d = self.proc / str(pid)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup").write_text(text)
+
+    def put_in_pod(self, pid: int, uid: str, *, driver: str = "systemd") -> None:
+        self.set_cgroup(pid, pod_cgroup(uid, driver=driver))
+
+    def start(self, timeout: float = 30.0) -> AgentProcess:
+        (self.root / "pods.json").write_text(json.dumps(self._pods))
+        with self.log.open("ab") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, *self._args], stdout=log, stderr=log
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"agent exited with {self.popen.returncode}: {self.log_text()}")
+            try:
+                self.control(proto.OP_STATUS, timeout=1.0)
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError(f"agent did not come up: {self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            self.popen.wait(timeout=30)
+        self.popen = None
+
+    def control(self, op: str, *, timeout: float = 60.0, **args: Any) -> proto.Reply:
+        """One request/reply on a fresh connection, as a controller would."""
+        return exchange(self.socket, proto.encode_request(1, op, **args), timeout=timeout)
+
+    def published(self) -> dict[tuple[str, str], dict[str, str]]:
+        return read_published(self.state_dir / "published.jsonl")
+
+    def __enter__(self) -> AgentProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill(signal.SIGTERM)
+
+
+def exchange(path: Path, line: bytes, *, timeout: float = 10.0) -> proto.Reply:
+    """Send one raw line and read one reply (raw lines let tests send garbage)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(line)
+        with sock.makefile("rb") as reader:
+            reply = proto.decode(reader.readline())
+    if not isinstance(reply, proto.Reply):
+        raise AssertionError(f"expected a reply, got {reply!r}")
+    return reply

@@ -1,0 +1,123 @@
+"""The functions ``import rlix`` exposes; see :mod:`rlix.client.runtime` for the
+suspend semantics.
+
+The runtime is created on first use, and only then is ``RLIX_AGENT_SOCKET``
+read: importing rlix never touches the environment or a socket.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from rlix.client.hooks import CallableHook, Parked, Restored
+from rlix.core.phases import Phase
+
+if TYPE_CHECKING:
+    from rlix.client.runtime import Runtime
+
+SOCKET_ENV = "RLIX_AGENT_SOCKET"
+
+_lock = threading.Lock()
+# The process-wide runtime, created on first use (the runtime module, with its
+# socket and threading imports, loads only then).
+_state: dict[str, Runtime] = {}
+
+
+def _get() -> Runtime:
+    with _lock:
+        if "runtime" not in _state:
+            from rlix.client.runtime import Runtime
+
+            _state["runtime"] = Runtime(os.environ.get(SOCKET_ENV) or None)
+        return _state["runtime"]
+
+
+def configure(socket_path: str | None) -> None:
+    """Connect to the agent at ``socket_path`` (None: no-op mode) instead of
+    reading ``RLIX_AGENT_SOCKET``. Call before the first phase."""
+    from rlix.client.runtime import Runtime
+
+    with _lock:
+        old = _state.get("runtime")
+        if old is not None and old.link is not None:
+            old.link.close()
+        _state["runtime"] = Runtime(socket_path)
+
+
+def phase(name: str | Phase) -> AbstractContextManager[Phase]:
+    """``with rlix.phase("rollout"):`` -- report the phase; a pending suspend
+    takes effect before the block starts, never inside it."""
+    return _get().phase(name)
+
+
+def safe_point() -> None:
+    """Inside a long phase: let a pending suspend happen here."""
+    _get().safe_point()
+
+
+def register_offload(
+    name: str,
+    offload: Callable[[], Parked | None],
+    restore: Callable[[], Restored | None],
+) -> None:
+    """Register two functions that park and restore some device memory.
+
+    ``offload`` returns ``{piece: (nbytes, checksum)}``; ``restore`` returns
+    ``{piece: checksum}`` computed over the restored memory. The agent refuses a
+    resume whose checksums differ from those taken at suspend time.
+    """
+    _get().register(CallableHook(name, offload, restore))
+
+
+def register_torch(
+    *,
+    modules: Iterable[Any] = (),
+    optimizers: Iterable[Any] = (),
+    tensors: Iterable[Any] = (),
+    name: str = "torch",
+    reserve_bytes: int | None = None,
+) -> Any:
+    """Park these modules' parameters, gradients and buffers and the optimizers'
+    state in a preallocated (pinned) host pool on suspend; returns the hook."""
+    from rlix.client.torch_offload import TorchOffload
+
+    hook = TorchOffload(
+        name, modules=modules, optimizers=optimizers, tensors=tensors, reserve_bytes=reserve_bytes
+    )
+    _get().register(hook)
+    return hook
+
+
+def register_engine(engine: Any, *, name: str = "engine", sleep_level: int = 1) -> None:
+    """Let a vLLM (sleep/wake_up) or SGLang (release/resume_memory_occupation)
+    engine park itself on suspend."""
+    from rlix.client.engines import EngineHook
+
+    _get().register(EngineHook(name, engine, sleep_level=sleep_level))
+
+
+def report_usage(*, gpu: int, memory_mib: int, utilization: float) -> None:
+    """Tell the agent what this process holds on GPU ``gpu`` (simulated GPUs only).
+
+    Real GPUs are measured by NVML and the agent refuses the report there; on
+    kwok/CI nodes the simulated backend's memory and utilisation follow these
+    reports. A no-op without an agent, like every other call.
+    """
+    link = _get().link
+    if link is not None:
+        from rlix.core import agent_protocol as proto
+
+        link.notify(proto.OP_USAGE, gpu=gpu, memory_mib=memory_mib, utilization=utilization)
+
+
+def agent_connected() -> bool:
+    link = _get().link
+    return link is not None and link.connected.is_set()
+
+
+def suspended() -> bool:
+    return _get().suspended

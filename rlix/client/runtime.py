@@ -1,0 +1,185 @@
+"""The trainer-side runtime: phases, safe points, and suspend/resume handling.
+
+When a suspend takes effect (the contract trainers rely on):
+
+* A suspend request from the agent is carried out at the process's next *phase
+  boundary*: when no thread is inside a ``with rlix.phase(...)`` block, or when
+  every thread that is inside one is waiting in ``rlix.safe_point()``. Tensors
+  are therefore never moved while the trainer is using them.
+* A process not inside any phase block is at a boundary: it is suspended at
+  once. A trainer that touches registered tensors outside phase blocks must
+  wrap that work in a phase block (or it may find them parked).
+* While suspended, entering a phase block or calling ``safe_point()`` blocks
+  until the agent resumes the process; the phase report is sent after resume.
+* Long phases (a rollout of many batches) call ``rlix.safe_point()`` between
+  batches, so a suspend does not wait for the whole phase.
+
+No agent (``RLIX_AGENT_SOCKET`` unset): everything is a cheap no-op, so the same
+script runs outside RLix unchanged. Phase names are still validated, so a typo
+fails the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from rlix.client.hooks import HookRegistry, OffloadHook
+from rlix.client.link import AgentLink
+from rlix.core import agent_protocol as proto
+from rlix.core.phases import Phase
+
+log = logging.getLogger("rlix")
+
+
+def parse_phase(phase: str | Phase) -> Phase:
+    parsed = phase if isinstance(phase, Phase) else Phase.parse(phase)
+    if parsed is None:
+        valid = ", ".join(p.value for p in Phase)
+        raise ValueError(f"unknown phase {phase!r}; valid phases: {valid}")
+    return parsed
+
+
+class Runtime:
+    def __init__(self, socket_path: str | None) -> None:
+        self.hooks = HookRegistry()
+        self._cv = threading.Condition()
+        self._active = 0  # threads inside a phase block and not at a safe point
+        self._suspend_requested = False
+        self._suspended = False
+        self._parked_doc: dict[str, Any] | None = None
+        self._parked_hooks: list[OffloadHook] = []
+        self.phase_now: Phase | None = None
+        self.link: AgentLink | None = None
+        if socket_path:
+            self.link = AgentLink(
+                socket_path, on_request=self._on_agent_request, on_connect=self._hello
+            )
+
+    @property
+    def suspended(self) -> bool:
+        with self._cv:
+            return self._suspended
+
+    # -- trainer side ------------------------------------------------------------
+    @contextlib.contextmanager
+    def phase(self, phase: str | Phase) -> Iterator[Phase]:
+        parsed = parse_phase(phase)
+        if self.link is None:  # no-op mode: one validation, nothing else
+            previous, self.phase_now = self.phase_now, parsed
+            try:
+                yield parsed
+            finally:
+                self.phase_now = previous
+            return
+        with self._cv:
+            self._cv.wait_for(self._may_run)
+            self._active += 1
+        previous, self.phase_now = self.phase_now, parsed
+        try:
+            if previous is not parsed:
+                self.link.notify(proto.OP_PHASE, phase=parsed.value)
+            yield parsed
+        finally:
+            self.phase_now = previous
+            with self._cv:
+                self._active -= 1
+                self._cv.notify_all()
+
+    def safe_point(self) -> None:
+        """Let a pending suspend happen here (inside a long phase); else return at once."""
+        if self.link is None:
+            return
+        with self._cv:
+            if self._may_run():
+                return
+            self._active -= 1
+            self._cv.notify_all()
+            self._cv.wait_for(self._may_run)
+            self._active += 1
+
+    def _may_run(self) -> bool:
+        return not self._suspend_requested and not self._suspended
+
+    def register(self, hook: OffloadHook) -> None:
+        self.hooks.add(hook)
+        if self.link is not None:
+            self.link.notify(proto.OP_HELLO, **self._hello_args())
+
+    # -- agent side (runs on the link's request thread) --------------------------
+    def _hello_args(self) -> dict[str, Any]:
+        with self._cv:
+            parked = self._parked_doc if self._suspended else None
+        return {"hooks": self.hooks.names(), "parked": parked, "client": "rlix-python/1"}
+
+    def _hello(self) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = [(proto.OP_HELLO, self._hello_args())]
+        if self.phase_now is not None:
+            out.append((proto.OP_PHASE, {"phase": self.phase_now.value}))
+        return out
+
+    def _on_agent_request(self, req: proto.Request) -> bytes:
+        if req.op == proto.OP_SUSPEND:
+            return proto.encode_reply(req.id, manifest=self._suspend())
+        if req.op == proto.OP_RESUME:
+            return proto.encode_reply(req.id, checksums=self._resume(req.args.get("manifest")))
+        raise proto.ProtocolError(proto.E_UNKNOWN_OP, f"client does not handle {req.op!r}")
+
+    def _suspend(self) -> dict[str, Any]:
+        hooks = self.hooks.hooks()
+        if not hooks:
+            raise proto.ProtocolError(proto.E_UNSUPPORTED, "no offload hooks registered")
+        with self._cv:
+            if self._suspended:
+                assert self._parked_doc is not None
+                return self._parked_doc  # a repeated request (agent restarted): same answer
+            self._suspend_requested = True
+            self._cv.wait_for(lambda: self._active == 0)
+        entries: list[dict[str, Any]] = []
+        done: list[OffloadHook] = []
+        try:
+            for hook in hooks:
+                for name, (nbytes, checksum) in hook.offload().items():
+                    key = f"{hook.name}/{name}"
+                    entries.append({"name": key, "nbytes": nbytes, "checksum": checksum})
+                done.append(hook)
+        except BaseException:
+            for hook in done:  # undo, so a failed suspend leaves a working process
+                hook.restore()
+            with self._cv:
+                self._suspend_requested = False
+                self._cv.notify_all()
+            raise
+        doc = {"where": "host", "entries": entries}
+        with self._cv:
+            self._parked_hooks = done
+            self._parked_doc = doc
+            self._suspended = True
+            self._suspend_requested = False
+        return doc
+
+    def _resume(self, manifest: Any) -> dict[str, str]:
+        with self._cv:
+            if not self._suspended or self._parked_doc is None:
+                raise proto.ProtocolError(proto.E_CONFLICT, "this process is not suspended")
+            expected = {e["name"] for e in self._parked_doc["entries"]}
+        if isinstance(manifest, dict):
+            theirs = {e.get("name") for e in manifest.get("entries", []) if isinstance(e, dict)}
+            if theirs != expected:
+                raise proto.ProtocolError(
+                    proto.E_CONFLICT,
+                    f"resume manifest names {sorted(map(str, theirs))}, parked {sorted(expected)}",
+                )
+        checksums: dict[str, str] = {}
+        for hook in self._parked_hooks:
+            for name, checksum in hook.restore().items():
+                checksums[f"{hook.name}/{name}"] = checksum
+        with self._cv:
+            self._suspended = False
+            self._parked_doc = None
+            self._parked_hooks = []
+            self._cv.notify_all()
+        return checksums

@@ -1,0 +1,156 @@
+"""Start and stop RLix's own processes (operator, extender, node agents) for the demo.
+
+They run as the same entry points the images run, as subprocesses whose output
+goes to log files under the demo's work directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlix.devcluster import processes
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        processes.stop_process_group(self.proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
+
+
+def wait_until(what: str, component: Component, probe: object, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not component.alive():
+            raise RuntimeError(f"{component.name} exited while starting:\n{component.tail()}")
+        if callable(probe) and probe():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} not ready after {timeout_s:.0f}s:\n{component.tail()}")
+
+
+@dataclass
+class Components:
+    workdir: Path
+    kubeconfig: Path
+    started: list[Component] = field(default_factory=list)
+
+    def _py(self, module: str, *args: str) -> list[str]:
+        return [sys.executable, "-m", module, *args]
+
+    def extender(self, port: int) -> Component:
+        c = Component(
+            "extender",
+            self._py("rlix.extender", "--port", str(port), "--kubeconfig", str(self.kubeconfig)),
+            self.workdir / "logs" / "extender.log",
+        )
+        c.start()
+        self.started.append(c)
+        wait_until("extender", c, lambda: http_ok(f"http://127.0.0.1:{port}/readyz"))
+        return c
+
+    def operator(self) -> Component:
+        live = processes.free_port()
+        c = Component(
+            "operator",
+            self._py(
+                "rlix.operator",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--webhook-port",
+                str(processes.free_port()),
+                "--cert-dir",
+                str(self.workdir / "certs"),
+                "--metrics-port",
+                str(processes.free_port()),
+                "--liveness",
+                f"http://127.0.0.1:{live}/healthz",
+                "--backoff-base-seconds",
+                "1",
+            ),
+            self.workdir / "logs" / "operator.log",
+        )
+        c.start()
+        self.started.append(c)
+        wait_until("operator", c, lambda: http_ok(f"http://127.0.0.1:{live}/healthz"), 90)
+        return c
+
+    def agent(self, node: str, *, gpus: int, gpu_memory_mib: int, proc_root: Path) -> Path:
+        socket = self.workdir / "agents" / f"{node}.sock"
+        socket.parent.mkdir(parents=True, exist_ok=True)
+        c = Component(
+            f"agent/{node}",
+            self._py(
+                "rlix.agent",
+                "--backend",
+                "simulated",
+                "--node-name",
+                node,
+                "--socket",
+                str(socket),
+                "--state-dir",
+                str(self.workdir / "state" / node),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--proc-root",
+                str(proc_root),
+                "--sim-gpus",
+                str(gpus),
+                "--sim-gpu-memory-mib",
+                str(gpu_memory_mib),
+                "--publish-interval",
+                "1",
+            ),
+            self.workdir / "logs" / f"agent-{node}.log",
+        )
+        c.start()
+        self.started.append(c)
+        wait_until(f"agent on {node}", c, socket.exists)
+        return socket
+
+    def stop_all(self) -> None:
+        for c in reversed(self.started):
+            c.stop()
+        self.started.clear()

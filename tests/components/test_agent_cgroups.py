@@ -1,0 +1,84 @@
+"""Host PID -> pod UID through /proc/PID/cgroup, on the layouts kubelets write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlix.agent.cgroups import CgroupError, pod_uid_from_cgroup, pod_uid_of_pid
+
+UID = "0f1e2d3c-4b5a-6978-8a9b-acbdcedf0011"
+UID_US = UID.replace("-", "_")
+OTHER = "11111111-2222-3333-4444-555555555555"
+
+CASES = [
+    # cgroup v2, systemd driver (containerd), burstable
+    (
+        "v2-systemd-burstable",
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_US}.slice/"
+        "cri-containerd-6d1f0c.scope\n",
+        UID,
+    ),
+    # cgroup v2, systemd driver, guaranteed QoS (no QoS slice level)
+    (
+        "v2-systemd-guaranteed",
+        f"0::/kubepods.slice/kubepods-pod{UID_US}.slice/cri-containerd-6d1f0c.scope\n",
+        UID,
+    ),
+    # cgroup v2, cgroupfs driver, besteffort
+    ("v2-cgroupfs", f"0::/kubepods/besteffort/pod{UID}/6d1f0c9e\n", UID),
+    # cgroup v2 seen from inside a container with cgroup namespaces and a nested path
+    ("v2-cri-o", f"0::/kubepods.slice/kubepods-pod{UID_US}.slice/crio-abc.scope/init\n", UID),
+    # cgroup v1, cgroupfs driver: many hierarchies, all naming the pod
+    (
+        "v1-cgroupfs",
+        f"12:memory:/kubepods/burstable/pod{UID}/abc\n"
+        f"11:cpu,cpuacct:/kubepods/burstable/pod{UID}/abc\n"
+        "1:name=systemd:/kubepods/burstable/pod" + UID + "/abc\n",
+        UID,
+    ),
+    # cgroup v1, systemd driver, docker
+    (
+        "v1-systemd-docker",
+        f"4:devices:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_US}"
+        ".slice/docker-0123.scope\n",
+        UID,
+    ),
+    # upper-case hex is normalised
+    ("upper-case", f"0::/kubepods/pod{UID.upper()}/x\n", UID),
+    # host processes: no pod
+    ("host-v2", "0::/user.slice/user-1000.slice/session-3.scope\n", None),
+    ("host-v1", "12:memory:/\n11:cpu:/system.slice/containerd.service\n", None),
+    ("empty", "", None),
+    # "pod" + a UID outside a kubepods path (a user's own cgroup) is not a pod
+    ("not-kubepods", f"0::/user.slice/pod{UID}.scope\n", None),
+    # a longer hex run after the UID is not a UID
+    ("too-long", f"0::/kubepods/pod{UID}ff/x\n", None),
+    # garbage lines are skipped
+    ("garbage", f"nonsense\n0::/kubepods/pod{UID}/x\n", UID),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_pod_uid_from_cgroup(text: str, expected: str | None) -> None:
+    assert pod_uid_from_cgroup(text) == expected
+
+
+def test_two_pods_in_one_file_are_refused() -> None:
+    text = f"12:memory:/kubepods/pod{UID}/a\n11:cpu:/kubepods/pod{OTHER}/b\n"
+    with pytest.raises(CgroupError, match="more than one pod"):
+        pod_uid_from_cgroup(text)
+
+
+def test_reads_from_a_fake_proc_root(tmp_path: Path) -> None:
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "cgroup").write_text(f"0::/kubepods/pod{UID}/c\n")
+    assert pod_uid_of_pid(4242, proc_root=tmp_path) == UID
+
+
+def test_a_vanished_process_is_an_error_not_a_host_process(tmp_path: Path) -> None:
+    with pytest.raises(CgroupError, match="cannot read"):
+        pod_uid_of_pid(4243, proc_root=tmp_path)
+    with pytest.raises(CgroupError, match="invalid pid"):
+        pod_uid_of_pid(0, proc_root=tmp_path)

@@ -1,0 +1,74 @@
+"""The agent's line protocol: every malformed message gets a specific error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlix.core import agent_protocol as proto
+
+BAD = [
+    ("not-json", b"hello\n", proto.E_MALFORMED, "not valid JSON"),
+    ("not-utf8", b"\xff\xfe\n", proto.E_MALFORMED, "not valid JSON"),
+    ("array", b"[1,2]\n", proto.E_MALFORMED, "expected a JSON object"),
+    ("no-version", b'{"id":1,"op":"phase","phase":"rollout"}\n', proto.E_VERSION, "None"),
+    ("future-version", b'{"v":2,"id":1,"op":"phase"}\n', proto.E_VERSION, "speaks 1"),
+    ("no-id", b'{"v":1,"op":"phase","phase":"rollout"}\n', proto.E_MALFORMED, "integer 'id'"),
+    ("bool-id", b'{"v":1,"id":true,"op":"status"}\n', proto.E_MALFORMED, "integer 'id'"),
+    ("unknown-op", b'{"v":1,"id":3,"op":"teleport"}\n', proto.E_UNKNOWN_OP, "teleport"),
+    (
+        "forged-pod",
+        b'{"v":1,"id":4,"op":"phase","phase":"rollout","pod":"ns/victim"}\n',
+        proto.E_BAD_FIELD,
+        "peer credentials",
+    ),
+    ("reply-no-ok", b'{"v":1,"re":5}\n', proto.E_MALFORMED, "boolean 'ok'"),
+    ("error-no-body", b'{"v":1,"re":5,"ok":false}\n', proto.E_MALFORMED, "'error' object"),
+]
+
+
+@pytest.mark.parametrize(("line", "code", "text"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_malformed_lines_raise_specific_errors(line: bytes, code: str, text: str) -> None:
+    with pytest.raises(proto.ProtocolError) as info:
+        proto.decode(line)
+    assert info.value.code == code
+    assert text in info.value.message
+
+
+def test_error_keeps_the_message_id_when_one_was_readable() -> None:
+    with pytest.raises(proto.ProtocolError) as info:
+        proto.decode(b'{"v":1,"id":9,"op":"nope"}\n')
+    assert info.value.msg_id == 9
+
+
+def test_overlong_line_is_refused_before_parsing() -> None:
+    line = b'{"v":1,"id":1,"op":"status","x":"' + b"a" * proto.MAX_LINE_BYTES + b'"}\n'
+    with pytest.raises(proto.ProtocolError, match="longer than"):
+        proto.decode(line)
+
+
+def test_request_and_reply_round_trip() -> None:
+    req = proto.decode(proto.encode_request(7, proto.OP_PHASE, phase="rollout"))
+    assert req == proto.Request(id=7, op="phase", args={"phase": "rollout"})
+    rep = proto.decode(proto.encode_reply(7, since="2026-01-01T00:00:00Z"))
+    assert rep == proto.Reply(re=7, ok=True, body={"since": "2026-01-01T00:00:00Z"})
+    err = proto.decode(proto.encode_error(7, proto.E_FORBIDDEN, "no"))
+    assert isinstance(err, proto.Reply)
+    assert (err.ok, err.error_code, err.error_message) == (False, "forbidden", "no")
+
+
+def test_lines_are_single_line_json() -> None:
+    line = proto.encode_request(1, proto.OP_HELLO, hooks=["a\nb"])
+    assert line.count(b"\n") == 1
+    assert json.loads(line)["hooks"] == ["a\nb"]
+
+
+def test_field_validators() -> None:
+    req = proto.Request(id=1, op="usage", args={"gpu": True, "memory_mib": -1})
+    with pytest.raises(proto.ProtocolError, match="'gpu' in"):
+        proto.require_number(req, "gpu", low=0, high=8)
+    with pytest.raises(proto.ProtocolError, match="'memory_mib' in"):
+        proto.require_number(req, "memory_mib", low=0, high=8)
+    with pytest.raises(proto.ProtocolError, match="non-empty string 'phase'"):
+        proto.require_str(req, "phase")
