@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from rlix import __version__
-from rlix.cli import cluster, demo, describe, replay, top
+from rlix.cli import cluster, demo, describe, replay, simulate, top
 
 EPILOG = """\
 examples:
@@ -21,6 +21,8 @@ examples:
   rlix top                                live jobs, phases, GPU idle %, suspended pods
   rlix describe rljob grpo -n research    conditions, pods, phases and events of one job
   kubectl rlix top                        the same, as a kubectl plugin
+  rlix simulate --mix small-lab           simulate RLix against the baselines
+  rlix demo                               everything end to end on a local cluster
 
 Docs: README.md in the RLix repository.
 """
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_parser(sub)
     replay.add_parser(sub)
     demo.add_parser(sub)
+    simulate.add_parser(sub)
     return parser
 
 

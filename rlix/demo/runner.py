@@ -6,6 +6,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,7 +28,6 @@ from rlix.devcluster.processes import free_port, stop_process_group
 from rlix.devcluster.toolchain import bin_dir
 
 Log = Callable[[str], None]
-NAMESPACE = "rlix-demo"
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -65,6 +65,9 @@ class Demo:
         self.log = log
         self.jobs = {j.name: j for j in demo_jobs()}
         self.tally = Tally()
+        # A fresh namespace per run: an existing cluster may still hold (or be
+        # deleting) the jobs of an earlier run under the same names.
+        self.namespace = f"rlix-demo-{uuid.uuid4().hex[:6]}"
 
     def run(self) -> dict[str, Any]:
         workdir = self.o.workdir or Path(tempfile.mkdtemp(prefix="rlix-demo-"))
@@ -112,9 +115,9 @@ class Demo:
                 f"==> [4/5] submitting {len(self.jobs)} RLJobs "
                 f"({sum(j.gpus for j in self.jobs.values())} GPUs of work for {total} GPUs)"
             )
-            cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+            cluster.kubectl("create", "namespace", self.namespace, check=False)
             for job in self.jobs.values():
-                cluster.apply([job.manifest(NAMESPACE)])
+                cluster.apply([job.manifest(self.namespace)])
                 self.tally.submitted_at[job.name] = time.monotonic() - self.tally.started
             self.log(f"==> [5/5] running (progress every 2 s; logs in {workdir / 'logs'})")
             self._watch(kube, runtime, components)
@@ -126,7 +129,7 @@ class Demo:
             if scheduler_pid:
                 stop_process_group(scheduler_pid)
             if isinstance(cluster, ExistingCluster):
-                cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+                cluster.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
             elif not self.o.keep:
                 cluster.down()
             else:
@@ -172,7 +175,7 @@ class Demo:
             for c in components.started:
                 if not c.alive():
                     raise RuntimeError(f"{c.name} died:\n{c.tail()}")
-            view = kube.view(NAMESPACE)
+            view = kube.view(self.namespace)
             self._step_pods(kube, runtime, view.pods)
             states = {
                 j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
@@ -247,7 +250,7 @@ class Demo:
         )
 
     def _summary(self, kube: Kube) -> dict[str, Any]:
-        jobs = kube.rljobs(NAMESPACE)
+        jobs = kube.rljobs(self.namespace)
         done = [j for j in jobs if (j.get("status") or {}).get("state") == "Succeeded"]
         jct = [
             self.tally.finished_at[n] - self.tally.submitted_at.get(n, 0.0)

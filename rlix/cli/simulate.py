@@ -1,0 +1,144 @@
+"""``rlix simulate``: run a named workload mix through the schedulers and print the table.
+
+The simulator and the policies are the pure core (``rlix.core.sim``); this
+module only parses arguments, times the run (the core never reads a clock),
+shows progress on stderr and writes results. Plots live in bench/simulate.py
+so the CLI does not need matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+DESCRIPTION = """\
+Simulate a cluster running RL post-training jobs under several schedulers:
+kube-default (exclusive GPUs, FIFO), gang-binpack (Volcano/Kueue-style gangs,
+bin-packing, eviction) and rlix (the placement policy the extender ships).
+Prints one table: metric rows, a column per scheduler, the lower bound, and
+RLix's ratio to each baseline. Definitions: docs/simulator.md.
+
+examples:
+  rlix simulate --mix small-lab
+  rlix simulate --mix scale --scheduler rlix --json out.json
+  rlix simulate --mix mixed-tenants --suspend cuda-checkpoint
+"""
+
+SUSPEND_BYTES_PER_S = {
+    # name: (device-to-host, host-to-device) bytes/s; see rlix.core.sim.hardware
+    "link": ("PCIE_D2H_BYTES_PER_S", "PCIE_H2D_BYTES_PER_S"),
+    "cuda-checkpoint": ("CUDA_CHECKPOINT_BYTES_PER_S", "CUDA_CHECKPOINT_BYTES_PER_S"),
+    "vllm-sleep": ("VLLM_SLEEP_BYTES_PER_S", "VLLM_SLEEP_BYTES_PER_S"),
+}
+
+
+def add_parser(sub: Any) -> None:
+    from rlix.core.sim.mixes import MIXES
+    from rlix.core.sim.schedulers import SCHEDULERS
+
+    p = sub.add_parser(
+        "simulate",
+        help="simulate a cluster under RLix and baseline schedulers",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--mix", default="small-lab", choices=sorted(MIXES), help="workload mix")
+    p.add_argument(
+        "--scheduler",
+        action="append",
+        choices=sorted(SCHEDULERS),
+        help="scheduler to run (repeatable; default: all)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the mix and of rollout lengths")
+    p.add_argument("--jobs", type=int, help="only the first N jobs of the mix (quick runs)")
+    p.add_argument(
+        "--candidates", type=int, default=32, help="nodes per pool shown to the policy per pod"
+    )
+    p.add_argument("--sample-s", type=float, default=300.0, help="metric sampling interval")
+    p.add_argument(
+        "--suspend",
+        default="link",
+        choices=sorted(SUSPEND_BYTES_PER_S),
+        help="speed of parking memory on suspension (link = PCIe Gen5 floors)",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def _progress(scheduler: str, quiet: bool) -> Any:
+    if quiet:
+        return None
+    started = time.perf_counter()
+
+    def report(sim_t: float, done: int, total: int) -> None:
+        wall = time.perf_counter() - started
+        sys.stderr.write(
+            f"\r  {scheduler}: {done}/{total} jobs done, simulated {sim_t / 3600:.1f} h, "
+            f"{wall:.0f} s"
+        )
+        sys.stderr.flush()
+
+    return report
+
+
+def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, float]]]:
+    """Run every requested scheduler on the mix; returns results, bound, speeds."""
+    from rlix.core.sim import hardware as hw
+    from rlix.core.sim.engine import SimConfig, simulate
+    from rlix.core.sim.metrics import bound
+    from rlix.core.sim.mixes import make_mix
+    from rlix.core.sim.schedulers import SCHEDULERS
+
+    out_name, in_name = SUSPEND_BYTES_PER_S[args.suspend]
+    config = SimConfig(
+        seed=args.seed,
+        candidates=args.candidates,
+        sample_s=args.sample_s,
+        suspend_bytes_per_s=getattr(hw, out_name),
+        restore_bytes_per_s=getattr(hw, in_name),
+    )
+    mix = make_mix(args.mix, seed=args.seed, jobs=args.jobs)
+    results, speeds = [], []
+    for name in args.scheduler or list(SCHEDULERS):
+        started = time.perf_counter()
+        result = simulate(mix, SCHEDULERS[name](), config, progress=_progress(name, args.quiet))
+        wall = time.perf_counter() - started
+        if not args.quiet:
+            sys.stderr.write(f"\r  {name}: {result.jobs} jobs in {wall:.1f} s{' ' * 30}\n")
+        results.append(result)
+        speeds.append(
+            {"wall_s": wall, "events": result.events, "events_per_s": result.events / wall}
+        )
+    first = min((j.arrival_s for j in mix.jobs), default=0.0)
+    return results, bound(results[0], first), speeds
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlix.core.sim.report import table
+
+    results, ideal, speeds = run_mix(args)
+    print(f"mix {args.mix} (seed {args.seed}): {results[0].jobs} jobs on {results[0].gpus} GPUs")
+    print(table(results, ideal))
+    for r, s in zip(results, speeds, strict=True):
+        print(
+            f"{r.scheduler}: {s['events']:.0f} events in {s['wall_s']:.1f} s "
+            f"({s['events_per_s']:.0f} events/s)"
+        )
+    if args.json:
+        doc = {
+            "mix": args.mix,
+            "seed": args.seed,
+            "bound": asdict(ideal),
+            "results": [
+                {**{k: v for k, v in asdict(r).items() if k != "series"}, "speed": s}
+                for r, s in zip(results, speeds, strict=True)
+            ],
+        }
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+    return 0

@@ -1,0 +1,332 @@
+"""The discrete-event loop: arrivals, phase ends, loads, and scheduling passes.
+
+Events sit in a heap keyed by time; a job's pending event carries its version
+so that re-planning (a co-runner changed phase, the job was preempted) just
+bumps the version instead of searching the heap. After all events of one
+instant are handled, one scheduling pass runs if anything freed or arrived.
+
+Every decision goes through ``rlix.core.admission`` and the scheduler's
+``PlacementPolicy``; ``trace`` receives each decision with the exact snapshot
+it was made on, so a test can replay it through the extender's code path.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable
+
+from rlix.core.admission import Admission, GangRequest, place_gang
+from rlix.core.phases import Phase
+from rlix.core.sim import hardware as hw
+from rlix.core.sim.cluster import Cluster, pods_of
+from rlix.core.sim.interference import slowdown_table
+from rlix.core.sim.metrics import Recorder, SimResult
+from rlix.core.sim.mixes import Mix
+from rlix.core.sim.preempting import try_preempt, try_resume
+from rlix.core.sim.records import DecisionRecord, SimConfig
+from rlix.core.sim.runs import Run, State
+from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler
+from rlix.core.sim.workload import profile_for
+
+__all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
+
+SEGMENT, READY, ARRIVE, SAMPLE = 0, 1, 2, 3
+SLOWDOWN_TABLE = slowdown_table()
+
+
+def _dominates(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True))
+
+
+class Simulation:
+    def __init__(
+        self,
+        mix: Mix,
+        scheduler: Scheduler,
+        config: SimConfig | None = None,
+        trace: Callable[[DecisionRecord], None] | None = None,
+        progress: Callable[[float, int, int], None] | None = None,
+    ) -> None:
+        self.mix, self.scheduler = mix, scheduler
+        self.config = config or SimConfig()
+        self.policy = scheduler.policy
+        self.trace, self.progress = trace, progress
+        self.cluster = Cluster(
+            mix.nodes, mix.gpus_per_node, self.config.memory_mib, self.policy.shares_gpus
+        )
+        self.runs = [Run(s, profile_for(s), i) for i, s in enumerate(mix.jobs)]
+        # (GPUs per pod, pods, smallest per-GPU MiB): a job that does not fit
+        # makes every job at least as large in all three wait in the same pass.
+        self.shapes = [
+            (r.spec.gpus_per_pod, r.spec.pods, min(r.profile.memory_mib.values()))
+            for r in self.runs
+        ]
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.queue: dict[int, None] = {}
+        self.suspended: dict[int, None] = {}
+        self.running_priorities: Counter[int] = Counter()
+        self.dirty = False
+        self.groups: dict[int, list[tuple[int, ...]]] = {}
+        self.resume_failed_at: dict[int, tuple[tuple[int, ...], float]] = {}
+        self.released = 0  # bumps whenever GPUs or memory are given back
+        self.failed_at: dict[tuple[int, int, int], int] = {}
+        # Preemption can newly succeed only after something starts (a new
+        # potential victim) or is released.
+        self.started = 0
+        self.preempt_failed_at: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+        self.done = 0
+        self.events = 0
+        self.recorder = Recorder(self, min(min(r.profile.memory_mib.values()) for r in self.runs))
+
+    # -- event plumbing ------------------------------------------------------
+    def _push(self, t: float, kind: int, job: int = -1, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, job, version))
+
+    def run(self) -> SimResult:
+        for r in self.runs:
+            self._push(r.spec.arrival_s, ARRIVE, r.id)
+        self._push(0.0, SAMPLE)
+        total = len(self.runs)
+        while self.heap and self.done < total:
+            t, _, kind, job, version = heapq.heappop(self.heap)
+            self.events += 1
+            if kind == SAMPLE:
+                self.recorder.sample(t)
+                self._push(t + self.config.sample_s, SAMPLE)
+            elif kind == ARRIVE:
+                self.queue[job] = None
+                self.dirty = True
+            elif version == self.runs[job].version:
+                if kind == SEGMENT:
+                    self._segment_end(self.runs[job], t)
+                else:
+                    self._ready(self.runs[job], t)
+            if self.dirty and (not self.heap or self.heap[0][0] > t):
+                self.dirty = False
+                self._schedule(t)
+            if self.progress is not None and self.events % 20000 == 0:
+                self.progress(t, self.done, total)
+        return self.recorder.result()
+
+    # -- job dynamics ----------------------------------------------------------
+    def _ready(self, run: Run, t: float) -> None:
+        run.state = State.RUNNING
+        run.t_ref = t
+        self.running_priorities[run.spec.priority] += 1
+        self._refresh(self._neighbours(run) | {run.id}, t)
+
+    def _segment_end(self, run: Run, t: float) -> None:
+        assert run.timeline is not None
+        if run.stepping:
+            end = run.timeline.group_end[run.seg]
+            run.progress, run.t_ref = run.timeline.ends[end], t
+            run.seg = end + 1
+            if run.seg < len(run.timeline.ends):
+                self._refresh(self._neighbours(run) | {run.id}, t)
+                return
+        self._complete(run, t)
+
+    def _complete(self, run: Run, t: float) -> None:
+        self.released += 1
+        neighbours = self._neighbours(run)
+        self._forget_groups(run)
+        self.cluster.detach(run)
+        self.running_priorities[run.spec.priority] -= 1
+        run.state, run.ended = State.DONE, t
+        run.version += 1
+        self.recorder.completed(run)
+        run.timeline = None
+        self.done += 1
+        self.dirty = True
+        if self.progress is not None and self.done % 250 == 0:
+            self.progress(t, self.done, len(self.runs))  # event-light runs report too
+        self._refresh(neighbours, t)
+
+    def _forget_groups(self, run: Run) -> None:
+        """``run`` moves: it and everyone sharing a GPU with it must re-derive groups."""
+        self.groups.pop(run.id, None)
+        for k in self._neighbours(run):
+            self.groups.pop(k, None)
+
+    def _neighbours(self, run: Run) -> set[int]:
+        res = self.cluster.res
+        return {k for node, gpus in run.placements for g in gpus for k in res[node][g]} - {run.id}
+
+    def pressure_phase(self, run: Run) -> tuple[float, Phase]:
+        assert run.timeline is not None
+        seg = run.seg if run.stepping else run.segment_at(run.t_ref)
+        return run.timeline.pressures[seg], run.phase_of(seg)
+
+    def _refresh(self, ids: set[int], t: float) -> None:
+        """Re-plan ``ids`` after something on their GPUs changed at ``t``."""
+        res = self.cluster.res
+        active = [self.runs[i] for i in sorted(ids) if self.runs[i].state is State.RUNNING]
+        for run in active:  # pass 1: positions and segments as of t
+            was = run.segment_at(t)
+            run.advance(t)
+            shared = any(len(res[node][g]) > 1 for node, gpus in run.placements for g in gpus)
+            if shared and not run.stepping:
+                run.seg = was
+            run.stepping = shared
+        seen: dict[int, tuple[float, Phase] | None] = {}
+        for run in active:  # pass 2: rates and next events
+            assert run.timeline is not None
+            run.version += 1
+            if not run.stepping:
+                run.rate = 1.0
+                self._push(t + run.timeline.total_s - run.progress, SEGMENT, run.id, run.version)
+                continue
+            run.rate = self._rate(run, seen)
+            end = run.timeline.group_end[run.seg]
+            left = max(0.0, run.timeline.ends[end] - run.progress)
+            self._push(t + left / run.rate, SEGMENT, run.id, run.version)
+
+    def _groups(self, run: Run) -> list[tuple[int, ...]]:
+        """The distinct sets of co-residents over ``run``'s GPUs (cached until a move)."""
+        cached = self.groups.get(run.id)
+        if cached is None:
+            found: dict[tuple[int, ...], None] = {}
+            for node, gpus in run.placements:
+                for g in gpus:
+                    others = list(self.cluster.res[node][g])
+                    others.remove(run.id)  # one occurrence: its own other pods count
+                    if others:
+                        found[tuple(others)] = None
+            cached = self.groups[run.id] = list(found)
+        return cached
+
+    def _rate(self, run: Run, seen: dict[int, tuple[float, Phase] | None]) -> float:
+        """``seen`` caches co-runners' (pressure, phase) for one instant."""
+        table = SLOWDOWN_TABLE[run.phase_of(run.seg)]
+        worst = 0.0
+        for group in self._groups(run):
+            load = 0.0
+            for k in group:
+                if k in seen:
+                    state = seen[k]
+                else:
+                    other = self.runs[k]
+                    state = seen[k] = (
+                        self.pressure_phase(other) if other.state is State.RUNNING else None
+                    )
+                if state is not None:
+                    load += state[0] * table[state[1]]
+            worst = max(worst, load)
+        return 1.0 / (1.0 + worst)
+
+    # -- starting and stopping jobs --------------------------------------------
+    def _start(self, run: Run, placements: list[tuple[int, tuple[int, ...]]], t: float) -> None:
+        if run.timeline is None:
+            run.timeline = run.profile.timeline(self.config.seed)
+        if run.started is None:
+            run.started = t
+            weights = run.profile.size.params * 2 / run.spec.gpus
+            run.delay += hw.RESTART_FIXED_S + weights / hw.CHECKPOINT_READ_BYTES_PER_S
+        self.started += 1
+        self.queue.pop(run.id, None)
+        run.placements = placements
+        run.state, run.rate, run.stepping = State.LOADING, 0.0, False
+        run.version += 1
+        self.cluster.attach(run)
+        self._forget_groups(run)
+        self._push(t + run.delay, READY, run.id, run.version)
+        run.delay = 0.0
+        self._refresh(self._neighbours(run), t)
+
+    def _stop(self, run: Run, t: float) -> set[int]:
+        """Take ``run`` off its GPUs (its progress as of ``t``); returns its neighbours."""
+        self.released += 1
+        neighbours = self._neighbours(run)
+        if run.state is State.RUNNING:
+            run.advance(t)
+            self.running_priorities[run.spec.priority] -= 1
+        self._forget_groups(run)
+        self.cluster.detach(run)
+        run.version += 1
+        run.rate, run.stepping = 0.0, False
+        run.preempted += 1
+        return neighbours
+
+    # -- scheduling ----------------------------------------------------------------
+    def _key(self, run: Run) -> tuple[float, float, int]:
+        if self.scheduler.order is QueueOrder.FIFO:
+            return (0.0, run.spec.arrival_s, run.id)
+        return (-run.spec.priority, run.spec.arrival_s, run.id)
+
+    def _shape(self, run: Run) -> tuple[int, int, int]:
+        return self.shapes[run.id]
+
+    def _schedule(self, t: float) -> None:
+        if self.suspended:
+            try_resume(self, t)
+        waiting = Counter(self.shapes[i] for i in self.queue)
+        # shape -> dominated by a failure in this pass, or failed before and
+        # nothing has been released since (an arrival alone frees nothing).
+        blocked = {s: self.failed_at.get(s) == self.released for s in waiting}
+        preempts = self.scheduler.preemption is not Preemption.NONE
+        for jid in sorted(self.queue, key=lambda i: self._key(self.runs[i])):
+            run = self.runs[jid]
+            shape = self.shapes[jid]
+            placed = False
+            if not blocked.get(shape, False):
+                placed = self._try_place(run, t)
+                if not placed:
+                    self.failed_at[shape] = self.released
+                    for s in waiting:
+                        blocked[s] = blocked[s] or _dominates(shape, s)
+            can_preempt = preempts and self._victims_exist(run)
+            memo = (*shape, run.spec.priority)
+            epoch = (self.released, self.started)
+            if not placed and can_preempt and self.preempt_failed_at.get(memo) != epoch:
+                placed = try_preempt(self, run, t)
+                if not placed:
+                    self.preempt_failed_at[memo] = epoch
+            if placed:
+                waiting[shape] -= 1
+                if waiting[shape] == 0:
+                    del waiting[shape]
+            elif not can_preempt and all(blocked.get(s, False) for s in waiting):
+                break  # nothing behind this job can fit or preempt in this pass
+
+    def _victims_exist(self, run: Run) -> bool:
+        return any(n > 0 and p < run.spec.priority for p, n in self.running_priorities.items())
+
+    def _request(self, run: Run, t: float) -> GangRequest:
+        run.placements = []
+        return GangRequest(
+            run.spec.name,
+            run.spec.priority,
+            run.spec.arrival_s,
+            tuple(pods_of(run, t, self.cluster)),
+        )
+
+    def _placements(self, admission: Admission) -> list[tuple[int, tuple[int, ...]]]:
+        return [(self.cluster.index[p.node], p.gpus) for p in admission.placements]
+
+    def _try_place(self, run: Run, t: float) -> bool:
+        low = min(run.profile.memory_mib.values())
+        nodes = self.cluster.candidates(run.spec.gpus_per_pod, low, self.config.candidates)
+        if not nodes or (not self.policy.shares_gpus and len(nodes) < run.spec.pods):
+            return False
+        snapshot = self.cluster.snapshot(nodes, self.runs, t)
+        request = self._request(run, t)
+        admission, _ = place_gang(snapshot, request, self.policy)
+        if self.trace is not None:
+            self.trace(DecisionRecord(t, "admit", snapshot, request, admission))
+        if admission.admitted:
+            self._start(run, self._placements(admission), t)
+        return admission.admitted
+
+
+def simulate(
+    mix: Mix,
+    scheduler: Scheduler,
+    config: SimConfig | None = None,
+    trace: Callable[[DecisionRecord], None] | None = None,
+    progress: Callable[[float, int, int], None] | None = None,
+) -> SimResult:
+    """Run ``mix`` under ``scheduler`` to completion of every job."""
+    return Simulation(mix, scheduler, config, trace, progress).run()

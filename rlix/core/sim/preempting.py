@@ -1,0 +1,153 @@
+"""Preemption and its two flavours, and bringing parked jobs back.
+
+Eviction (baseline b) kills the victim: it restarts from its last checkpoint.
+Suspension (RLix) parks the victim's device memory in host RAM and restores it
+later; nothing is lost, but the victim can only come back where its memory is
+(host RAM is node-local). Victims are chosen by the scheduler's policy, never
+here: this module only carries the decision out and accounts for the bytes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlix.core.admission import Admission, bind, place_pod
+from rlix.core.sim import hardware as hw
+from rlix.core.sim.records import RESUME_RETRY_S, DecisionRecord
+from rlix.core.sim.runs import Run, State
+from rlix.core.sim.schedulers import Preemption
+from rlix.core.sim.workload import SEGMENTS_PER_ITERATION
+from rlix.core.snapshot import ClusterSnapshot
+
+if TYPE_CHECKING:
+    from rlix.core.sim.engine import Simulation
+
+
+def evict(sim: Simulation, run: Run, t: float) -> None:
+    """Kill the job; it restarts from its last checkpoint (baseline b)."""
+    assert run.timeline is not None
+    was_running = run.state is State.RUNNING
+    sim._refresh(sim._stop(run, t), t)
+    if was_running:
+        iteration = min(int(run.segment_at(t) // SEGMENTS_PER_ITERATION), run.spec.iterations - 1)
+        kept = run.timeline.iteration_start(iteration // run.spec.ckpt_every * run.spec.ckpt_every)
+        run.lost_s += run.progress - kept
+        run.progress = kept
+    ckpt = run.profile.checkpoint_bytes_per_gpu
+    run.delay = hw.RESTART_FIXED_S + ckpt / hw.CHECKPOINT_READ_BYTES_PER_S
+    sim.recorder.bytes_moved += ckpt * run.spec.gpus
+    run.placements = []
+    run.state = State.QUEUED
+    sim.queue[run.id] = None
+
+
+def suspend(sim: Simulation, run: Run, t: float) -> float:
+    """Park the job's device memory in host RAM; returns the copy time."""
+    phase = run.phase_at(t) if run.state is State.RUNNING else None
+    per_gpu = run.profile.memory_mib[phase] if phase else max(run.profile.memory_mib.values())
+    nbytes = per_gpu * hw.MIB
+    sim._refresh(sim._stop(run, t), t)
+    run.state, run.suspended_at = State.SUSPENDED, t
+    run.parked_bytes = nbytes * run.spec.gpus
+    run.delay = nbytes / sim.config.restore_bytes_per_s
+    sim.recorder.bytes_moved += run.parked_bytes
+    sim.suspended[run.id] = None
+    return nbytes / sim.config.suspend_bytes_per_s
+
+
+def try_resume(sim: Simulation, t: float) -> None:
+    """Bring parked jobs back on their own node(s), where the policy finds room.
+
+    Host memory is node-local, so a parked pod returns to the node it left;
+    which GPUs there is the policy's choice (restoring into other GPUs of
+    the node costs the same host-to-device copy). Retried when something
+    left one of its nodes, and at least every ``RESUME_RETRY_S`` (residents'
+    phase changes also free memory, and an operator reconciles periodically).
+    """
+    order = sorted(sim.suspended, key=lambda i: sim._key(sim.runs[i]))
+    for jid in order:
+        run = sim.runs[jid]
+        homes = [node for node, _ in run.placements]
+        epoch = tuple(sim.cluster.released[h] for h in homes)
+        last = sim.resume_failed_at.get(jid)
+        if last is not None and last[0] == epoch and t - last[1] < RESUME_RETRY_S:
+            continue
+        snapshot = sim.cluster.snapshot(homes, sim.runs, t)
+        request = sim._request(run, t)
+        trial, placed = snapshot, []
+        for pod, home in zip(request.pods, homes, strict=True):
+            name = sim.cluster.names[home]
+            only = ClusterSnapshot({name: trial.nodes[name]}, trial.workloads)
+            placement, _ = place_pod(only, pod, sim.policy)
+            if placement is None:
+                break
+            placed.append(placement)
+            trial = trial.with_workload(bind(pod, placement))
+        if len(placed) < len(request.pods):
+            run.placements = [(h, ()) for h in homes]
+            sim.resume_failed_at[jid] = (epoch, t)
+            continue
+        admission = Admission(run.spec.name, True, tuple(placed))
+        if sim.trace is not None:
+            sim.trace(DecisionRecord(t, "resume", snapshot, request, admission))
+        del sim.suspended[jid]
+        run.suspended_s += t - run.suspended_at
+        sim.recorder.bytes_moved += run.parked_bytes
+        sim._start(run, sim._placements(admission), t)
+
+
+def try_preempt(sim: Simulation, run: Run, t: float) -> bool:
+    """Place the gang after taking lower-priority jobs off some nodes."""
+    low = min(run.profile.memory_mib.values())
+    limit = sim.config.candidates
+    nodes = dict.fromkeys(sim.cluster.candidates(run.spec.gpus_per_pod, low, limit))
+    lower = sorted(
+        (r for r in sim.runs if r.state in (State.RUNNING, State.LOADING)),
+        key=lambda r: (r.spec.priority, r.id),
+    )
+    for r in lower:
+        if r.spec.priority >= run.spec.priority or len(nodes) >= 2 * limit:
+            break
+        if r.spec.preemptible:
+            nodes.update(dict.fromkeys(n for n, _ in r.placements))
+    snapshot = sim.cluster.snapshot(nodes, sim.runs, t)
+    request = sim._request(run, t)
+    trial, victims, placed = snapshot, set(), []
+    for pod in request.pods:
+        placement, _ = place_pod(trial, pod, sim.policy)
+        if placement is None:
+            best = None
+            for node in trial.nodes:
+                chosen = sim.policy.victims(trial, pod, node)
+                if chosen:
+                    harm = (max(w.priority for w in chosen), sum(w.gpus for w in chosen))
+                    if best is None or harm < best[0]:
+                        best = (harm, node, chosen)
+            if best is None:
+                return False
+            jobs = {w.job for w in best[2]}
+            trial = trial.without(w.name for w in trial.workloads if w.job in jobs)
+            only = ClusterSnapshot({best[1]: trial.nodes[best[1]]}, trial.workloads)
+            placement, _ = place_pod(only, pod, sim.policy)
+            if placement is None:
+                return False
+            victims |= jobs
+        placed.append(placement)
+        trial = trial.with_workload(bind(pod, placement))
+    admission = Admission(run.spec.name, True, tuple(placed))
+    if sim.trace is not None:
+        sim.trace(
+            DecisionRecord(t, "preempt", snapshot, request, admission, tuple(sorted(victims)))
+        )
+    by_name = {r.spec.name: r for r in sim.runs if r.state in (State.RUNNING, State.LOADING)}
+    wait = 0.0
+    for name in sorted(victims):
+        victim = by_name[name]
+        sim.recorder.preemptions += 1
+        if sim.scheduler.preemption is Preemption.SUSPEND and victim.spec.preemptible:
+            wait = max(wait, suspend(sim, victim, t))
+        else:
+            evict(sim, victim, t)
+    run.delay += wait
+    sim._start(run, sim._placements(admission), t)
+    return True

@@ -1,0 +1,92 @@
+"""The simulator's mutable per-job state and where a job stands in its timeline.
+
+Progress is measured in *seconds of running alone*: a job alone on its GPUs
+advances one per wall second; a job sharing GPUs advances at its interference
+rate. Between events the rate is constant, so a job that runs alone needs one
+event (its completion), not one per phase: that is what lets baselines with
+exclusive GPUs simulate thousands of jobs in seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from dataclasses import dataclass, field
+
+from rlix.core.phases import Phase
+from rlix.core.sim.workload import (
+    ITERATION_PHASES,
+    SEGMENTS_PER_ITERATION,
+    JobProfile,
+    JobSpec,
+    Timeline,
+)
+from rlix.core.snapshot import Workload
+
+
+class State(enum.Enum):
+    QUEUED = "queued"
+    LOADING = "loading"  # placed; loading a checkpoint or restoring parked memory
+    RUNNING = "running"
+    SUSPENDED = "suspended"  # memory parked in host RAM, off the GPUs
+    DONE = "done"
+
+
+@dataclass(slots=True)
+class Run:
+    """One job as the simulator tracks it."""
+
+    spec: JobSpec
+    profile: JobProfile
+    id: int
+    state: State = State.QUEUED
+    timeline: Timeline | None = None
+    progress: float = 0.0  # alone-seconds done, as of ``t_ref``
+    rate: float = 0.0
+    t_ref: float = 0.0
+    version: int = 0  # bumps invalidate stale events in the heap
+    seg: int = 0  # current segment while stepping (shared) jobs
+    stepping: bool = False  # has co-runners: one event per segment
+    placements: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    started: float | None = None
+    ended: float | None = None
+    delay: float = 0.0  # load/restore time owed at the next start
+    parked_bytes: float = 0.0
+    suspended_at: float = 0.0
+    suspended_s: float = 0.0
+    preempted: int = 0
+    lost_s: float = 0.0  # alone-seconds of work lost to evictions
+    # (phase, state, placements) -> the pods as Workloads (see cluster.pods_of)
+    pod_cache: tuple[tuple[object, ...], tuple[Workload, ...]] | None = None
+
+    def position(self, t: float) -> float:
+        return self.progress + self.rate * (t - self.t_ref)
+
+    def advance(self, t: float) -> None:
+        self.progress = self.position(t)
+        self.t_ref = t
+
+    def segment_at(self, t: float) -> int:
+        assert self.timeline is not None
+        if self.stepping:  # somewhere in the group that starts at ``seg``
+            hi = self.timeline.group_end[self.seg]
+            if hi == self.seg:
+                return self.seg
+            i = bisect.bisect_right(self.timeline.ends, self.position(t), self.seg, hi)
+            return min(i, hi)
+        i = bisect.bisect_right(self.timeline.ends, self.position(t))
+        return min(i, len(self.timeline.ends) - 1)
+
+    def phase_of(self, seg: int) -> Phase:
+        return ITERATION_PHASES[seg % SEGMENTS_PER_ITERATION]
+
+    def phase_at(self, t: float) -> Phase:
+        return self.phase_of(self.segment_at(t)) if self.timeline else Phase.ROLLOUT
+
+    def is_active(self) -> bool:
+        """Running with its memory on its GPUs (not loading, not parked)."""
+        return self.state is State.RUNNING
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.gpus

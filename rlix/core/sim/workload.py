@@ -1,0 +1,371 @@
+"""The workload model: what one RL post-training job asks of the cluster.
+
+A job is a synchronous, colocated RL loop (the verl "hybrid engine" layout: the
+rollout engine and the trainer share the same GPUs). Every iteration runs
+
+1. **rollout** -- decode ``prompts x samples`` responses whose lengths are
+   long-tailed (lognormal, capped at ``max_response``). Decode is HBM-bandwidth
+   bound, one step per token, so a replica's time is its longest response. As
+   responses finish, the active batch shrinks: the GPU is still "in rollout"
+   but does little. We split rollout at the 75th percentile of the length
+   distribution into a *bulk* segment and a *tail* segment, each with its
+   time-averaged demand (active fraction of the batch).
+2. **scoring** -- reference and old-policy log-probs: two forward passes.
+3. **training** -- forward + backward + optimizer step over all tokens.
+4. **weight sync** -- reshard trained weights into the rollout engine.
+
+Durations come from the model size and hardware figures (``hardware``), not
+from per-job constants, so they can be checked against published step times.
+The only per-iteration randomness is the longest response, drawn once per
+iteration from the job's own seeded stream, so every scheduler sees exactly the
+same job.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from array import array
+from dataclasses import dataclass, replace
+from functools import cached_property
+from statistics import NormalDist
+
+from rlix.core.phases import Phase, shape_of
+from rlix.core.sim import hardware as hw
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSize:
+    """Architecture facts that set memory and time (from the models' config.json)."""
+
+    name: str
+    params: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+    rollout_tp: int  # tensor parallel size of one rollout replica
+    activations_gb: float  # per GPU, with activation checkpointing (estimate)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2  # K and V, bf16
+
+
+# Qwen2.5 family config.json (Hugging Face): layers, KV heads, head dim. TP sizes
+# are the ones verl's example scripts use for each size on 80-141 GB GPUs.
+MODELS: dict[str, ModelSize] = {
+    m.name: m
+    for m in (
+        ModelSize("1.5b", 1.54e9, 28, 2, 128, 1, 6.0),
+        ModelSize("7b", 7.62e9, 28, 4, 128, 1, 12.0),
+        ModelSize("14b", 14.7e9, 48, 8, 128, 2, 16.0),
+        ModelSize("32b", 32.5e9, 64, 8, 128, 4, 20.0),
+        ModelSize("72b", 72.7e9, 80, 8, 128, 8, 24.0),
+    )
+}
+
+# Mixed-precision Adam: bf16 weights + bf16 grads + fp32 master, m, v = 16 B/param
+# (ZeRO paper, Rajbhandari et al. 2020), sharded over the job's GPUs (FSDP/ZeRO-3).
+TRAIN_BYTES_PER_PARAM = 16
+WEIGHT_BYTES_PER_PARAM = 2
+VLLM_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs: concurrent sequences per replica
+# verl's default rollout gpu_memory_utilization: weights + KV cache of the rollout
+# engine may take at most half of the GPU. A batch that needs more KV than this
+# queues inside vLLM; we keep the decode time and cap the memory (optimistic).
+ROLLOUT_MEMORY_FRACTION = 0.5
+BULK_QUANTILE = 0.75  # where the rollout "tail" begins
+WEIGHT_SYNC_FIXED_S = 1.0  # NCCL/IPC handshake per sync (verl logs: ~1 s)
+ITERATION_PHASES: tuple[Phase, ...] = (
+    Phase.ROLLOUT,  # bulk
+    Phase.ROLLOUT,  # tail
+    Phase.SCORING,
+    Phase.TRAINING,
+    Phase.WEIGHT_SYNC,
+)
+SEGMENTS_PER_ITERATION = len(ITERATION_PHASES)
+TAIL_SEGMENT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One RLJob as submitted. ``arrival_s`` is seconds since the run began."""
+
+    name: str
+    model: str
+    gpus: int
+    iterations: int
+    arrival_s: float
+    priority: int = 0
+    preemptible: bool = True
+    tenant: str = "default"
+    prompts: int = 128
+    samples: int = 8
+    prompt_tokens: int = 512
+    response_median: int = 2000
+    response_sigma: float = 1.0
+    max_response: int = 16384
+    env_wait: float = 0.0  # agentic: fraction of rollout time spent waiting on tools
+    ckpt_every: int = 10  # iterations between checkpoints (verl save_freq)
+    index: int = 0  # position in the mix; seeds the job's random stream
+
+    @property
+    def pods(self) -> int:
+        return max(1, -(-self.gpus // 8))
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.gpus // self.pods
+
+
+@dataclass(frozen=True)
+class JobProfile:
+    """Per-job derived costs (seconds, bytes, MiB), computed once from a spec."""
+
+    spec: JobSpec
+
+    @cached_property
+    def size(self) -> ModelSize:
+        return MODELS[self.spec.model]
+
+    @cached_property
+    def _lengths(self) -> NormalDist:
+        return NormalDist(math.log(self.spec.response_median), self.spec.response_sigma)
+
+    def length_quantile(self, u: float) -> float:
+        u = min(max(u, 1e-12), 1 - 1e-12)
+        return min(math.exp(self._lengths.inv_cdf(u)), float(self.spec.max_response))
+
+    @cached_property
+    def _quadrature(self) -> tuple[float, ...]:
+        """Response lengths at 400 equal-probability points (for expectations)."""
+        n = 400
+        return tuple(self.length_quantile((i + 0.5) / n) for i in range(n))
+
+    @cached_property
+    def mean_response(self) -> float:
+        return sum(self._quadrature) / len(self._quadrature)
+
+    @cached_property
+    def bulk_tokens(self) -> float:
+        return self.length_quantile(BULK_QUANTILE)
+
+    @cached_property
+    def bulk_demand(self) -> float:
+        """Mean active fraction of the batch during the bulk segment."""
+        q = self.bulk_tokens
+        return sum(min(x, q) for x in self._quadrature) / len(self._quadrature) / q
+
+    @cached_property
+    def tail_excess_tokens(self) -> float:
+        """E[(L - q)+]: decode steps that tail sequences still owe, per sequence."""
+        q = self.bulk_tokens
+        return sum(max(x - q, 0.0) for x in self._quadrature) / len(self._quadrature)
+
+    @property
+    def replicas(self) -> int:
+        return max(1, self.spec.gpus // self.size.rollout_tp)
+
+    @property
+    def sequences(self) -> int:
+        return self.spec.prompts * self.spec.samples
+
+    @property
+    def tokens(self) -> float:
+        return self.sequences * (self.spec.prompt_tokens + self.mean_response)
+
+    @cached_property
+    def kv_bytes_per_gpu(self) -> float:
+        """KV cache sized to the replica's concurrent batch at mean context."""
+        per_replica = min(VLLM_MAX_NUM_SEQS, -(-self.sequences // self.replicas))
+        context = self.spec.prompt_tokens + self.mean_response
+        wanted = per_replica * context * self.size.kv_bytes_per_token / self.size.rollout_tp
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
+        budget = ROLLOUT_MEMORY_FRACTION * hw.H200_MEMORY_MIB * hw.MIB - weights
+        return max(0.0, min(wanted, budget - hw.CUDA_CONTEXT_BYTES))
+
+    @cached_property
+    def step_s(self) -> float:
+        """One decode step: read this GPU's weights and (on average) half its KV cache."""
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
+        traffic = weights + self.kv_bytes_per_gpu / 2
+        return traffic / (hw.H200_HBM_BYTES_PER_S * hw.DECODE_BW_EFFICIENCY)
+
+    @cached_property
+    def scoring_s(self) -> float:
+        flops = 2 * 2 * self.size.params * self.tokens  # two forward passes
+        return flops / (self.spec.gpus * hw.H200_BF16_FLOPS * hw.SCORE_MFU)
+
+    @cached_property
+    def training_s(self) -> float:
+        flops = 6 * self.size.params * self.tokens
+        return flops / (self.spec.gpus * hw.H200_BF16_FLOPS * hw.TRAIN_MFU)
+
+    @cached_property
+    def weight_sync_s(self) -> float:
+        per_gpu = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
+        return WEIGHT_SYNC_FIXED_S + per_gpu / hw.NVLINK_ONE_WAY_BYTES_PER_S
+
+    @cached_property
+    def memory_bytes(self) -> dict[Phase, float]:
+        """Per-GPU resident bytes in each phase (the framework offloads the rest)."""
+        s, g = self.size, self.spec.gpus
+        ctx = hw.CUDA_CONTEXT_BYTES
+        weights_tp = s.params * WEIGHT_BYTES_PER_PARAM / s.rollout_tp
+        weights_sharded = s.params * WEIGHT_BYTES_PER_PARAM / g
+        train = s.params * TRAIN_BYTES_PER_PARAM / g + s.activations_gb * hw.GB
+        return {
+            Phase.ROLLOUT: ctx + weights_tp + self.kv_bytes_per_gpu,
+            Phase.SCORING: ctx + 2 * weights_sharded + s.activations_gb * hw.GB,
+            Phase.TRAINING: ctx + train,
+            Phase.WEIGHT_SYNC: ctx + weights_tp + weights_sharded,
+        }
+
+    @cached_property
+    def memory_mib(self) -> dict[Phase, int]:
+        return {p: hw.mib(b) for p, b in self.memory_bytes.items()}
+
+    @cached_property
+    def checkpoint_bytes_per_gpu(self) -> float:
+        return self.size.params * TRAIN_BYTES_PER_PARAM / self.spec.gpus
+
+    @property
+    def sequences_per_replica(self) -> int:
+        return max(1, -(-self.sequences // self.replicas))
+
+    @cached_property
+    def _tail_pressure_table(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Fraction of replicas still decoding, averaged over [q, longest], on a grid.
+
+        A replica holds its GPUs until its own longest response ends, so
+        ``1 - F(s)^m`` of them (m sequences each) are running at step s. This is
+        the pressure a rollout tail puts on a co-runner: a replica decoding one
+        sequence still reads all its weights every step.
+        """
+        q, cap, m = self.bulk_tokens, float(self.spec.max_response), self.sequences_per_replica
+        if cap <= q:
+            return (q,), (1.0,)
+        grid = [q + (cap - q) * i / 32 for i in range(33)]
+        running = [1.0 - self._lengths.cdf(math.log(s)) ** m for s in grid]
+        running[-1] = 0.0  # nothing decodes past the cap
+        xs, ys, area = [grid[0]], [1.0], 0.0
+        for i in range(1, len(grid)):
+            area += (running[i - 1] + running[i]) / 2 * (grid[i] - grid[i - 1])
+            xs.append(grid[i])
+            ys.append(min(1.0, area / (grid[i] - q)))
+        return tuple(xs), tuple(ys)
+
+    def tail_pressure(self, longest: float) -> float:
+        xs, ys = self._tail_pressure_table
+        if longest <= xs[0]:
+            return ys[0]
+        i = min(bisect.bisect_left(xs, longest), len(xs) - 1)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (longest - x0) / (x1 - x0) if x1 > x0 else y1
+
+    def rollout_segments(self, longest: float) -> tuple[float, float, float, float]:
+        """(bulk_s, bulk_demand, tail_s, tail_demand) for an iteration's longest response."""
+        stretch = 1.0 / (1.0 - self.spec.env_wait)  # tool waits stretch wall time
+        q = self.bulk_tokens
+        longest = max(longest, q)
+        bulk_s = q * self.step_s * stretch
+        tail_s = (longest - q) * self.step_s * stretch
+        keep = 1.0 - self.spec.env_wait
+        tail_demand = min(1.0, self.tail_excess_tokens / (longest - q)) if longest > q else 0.0
+        return bulk_s, self.bulk_demand * keep, tail_s, tail_demand * keep
+
+    def timeline(self, seed: int) -> Timeline:
+        """Every segment of every iteration; identical for every scheduler."""
+        rng = random.Random(f"{seed}/{self.spec.index}/rollout")
+        n = self.sequences
+        durations = array("d")
+        demands = array("d")
+        pressures = array("d")
+        keep = 1.0 - self.spec.env_wait
+        for _ in range(self.spec.iterations):
+            # The longest of n i.i.d. lengths has CDF F^n: one draw per iteration.
+            longest = self.length_quantile(rng.random() ** (1.0 / n))
+            bulk_s, bulk_d, tail_s, tail_d = self.rollout_segments(longest)
+            durations.extend((bulk_s, tail_s, self.scoring_s, self.training_s))
+            durations.append(self.weight_sync_s)
+            demands.extend((bulk_d, tail_d, 1.0, 1.0, 1.0))
+            pressures.extend((keep, self.tail_pressure(longest) * keep, 1.0, 1.0, 1.0))
+        return Timeline.build(durations, demands, pressures)
+
+
+_DERIVED = (
+    "size", "_lengths", "_quadrature", "mean_response", "bulk_tokens", "bulk_demand",
+    "tail_excess_tokens", "kv_bytes_per_gpu", "step_s", "scoring_s", "training_s",
+    "weight_sync_s", "memory_bytes", "memory_mib", "checkpoint_bytes_per_gpu",
+    "_tail_pressure_table",
+)  # fmt: skip
+_PROFILES: dict[JobSpec, JobProfile] = {}
+
+
+def profile_for(spec: JobSpec) -> JobProfile:
+    """A JobProfile whose costs are shared with every job of the same shape.
+
+    Thousands of jobs differ only in name, arrival, iterations and priority;
+    the quadratures behind their costs are identical, so compute them once.
+    (A pure memo: the result depends on the spec alone.)
+    """
+    key = replace(spec, name="", arrival_s=0.0, iterations=1, index=0, priority=0,
+                  preemptible=True, tenant="", ckpt_every=1)  # fmt: skip
+    base = _PROFILES.get(key)
+    if base is None:
+        base = _PROFILES[key] = JobProfile(key)
+    profile = JobProfile(spec)
+    for attr in _DERIVED:
+        profile.__dict__[attr] = getattr(base, attr)
+    return profile
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """Segments of a job laid end to end, in seconds of running alone."""
+
+    durations: array[float]
+    # Share of the GPUs' throughput the segment uses (the active batch fraction
+    # in rollout): what the idle metric counts.
+    demands: array[float]
+    # Share of the GPUs the segment occupies with running kernels (replicas
+    # still decoding): what slows a co-runner down.
+    pressures: array[float]
+    ends: array[float]  # cumulative end of each segment
+    # Last segment of the run of segments that share shape, demand and pressure
+    # (scoring then training): nobody's rate changes inside such a run, so a
+    # job sharing GPUs needs an event only at its end.
+    group_end: array[int]
+
+    @classmethod
+    def build(
+        cls, durations: array[float], demands: array[float], pressures: array[float]
+    ) -> Timeline:
+        ends = array("d")
+        total = 0.0
+        for d in durations:
+            total += d
+            ends.append(total)
+        n = len(durations)
+        group_end = array("i", range(n))
+        for i in range(n - 2, -1, -1):
+            same = (
+                shape_of(ITERATION_PHASES[i % SEGMENTS_PER_ITERATION])
+                == shape_of(ITERATION_PHASES[(i + 1) % SEGMENTS_PER_ITERATION])
+                and demands[i] == demands[i + 1]
+                and pressures[i] == pressures[i + 1]
+            )
+            if same:
+                group_end[i] = group_end[i + 1]
+        return cls(durations, demands, pressures, ends, group_end)
+
+    @property
+    def total_s(self) -> float:
+        return self.ends[-1] if self.ends else 0.0
+
+    def busy_gpu_s(self) -> float:
+        """Demand-weighted seconds per GPU (the work an exclusive GPU does)."""
+        return sum(d * w for d, w in zip(self.durations, self.demands, strict=True))
+
+    def iteration_start(self, iteration: int) -> float:
+        return self.ends[iteration * SEGMENTS_PER_ITERATION - 1] if iteration > 0 else 0.0

@@ -1,0 +1,76 @@
+"""Gang admission: all pods or none, queue order, backfill, readable reasons."""
+
+from __future__ import annotations
+
+from rlix.core.admission import GangRequest, admit, place_gang, queue_order
+from rlix.core.phases import Phase
+from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
+from rlix.core.snapshot import ClusterSnapshot, Node, Workload
+
+MEM = {Phase.ROLLOUT: 40_000, Phase.TRAINING: 30_000}
+
+
+def cluster(*free: int) -> ClusterSnapshot:
+    """Nodes of 8 GPUs; node i has ``free[i]`` untouched GPUs (the rest held by a filler)."""
+    nodes = [Node(f"n{i}", 8, 143_771) for i in range(len(free))]
+    fillers = [
+        Workload(f"x/f{i}", "x", "w", 8 - f, MEM, node=f"n{i}", gpu_indices=tuple(range(8 - f)))
+        for i, f in enumerate(free)
+        if f < 8
+    ]
+    return ClusterSnapshot.of(nodes, fillers)
+
+
+def job(name: str, pods: int, gpus: int, priority: int = 0, arrival: float = 0.0) -> GangRequest:
+    members = tuple(
+        Workload(f"{name}/p{k}", name, "worker", gpus, MEM, priority=priority, gang_size=pods)
+        for k in range(pods)
+    )
+    return GangRequest(name, priority, arrival, members)
+
+
+def test_gang_is_admitted_only_when_every_pod_fits() -> None:
+    # Two nodes with 8 and 4 free GPUs: a gang of two 8-GPU pods cannot run,
+    # even though its first pod would fit.
+    decision, after = place_gang(cluster(8, 4), job("a", 2, 8), KUBE_DEFAULT)
+    assert not decision.admitted
+    assert "after placing 1 of 2 pods" in decision.reason
+    assert "Insufficient nvidia.com/gpu (4 free, pod needs 8)" in decision.reason
+    assert after == cluster(8, 4)  # nothing half-bound
+
+
+def test_admitted_gang_binds_every_pod_on_distinct_gpus() -> None:
+    decision, after = place_gang(cluster(8, 8), job("a", 2, 8), KUBE_DEFAULT)
+    assert decision.admitted
+    assert sorted(p.node for p in decision.placements) == ["n0", "n1"]
+    assert all(p.gpus == tuple(range(8)) for p in decision.placements)
+    assert {w.node for w in after.workloads if w.job == "a"} == {"n0", "n1"}
+
+
+def test_queue_order_is_priority_then_arrival_then_name() -> None:
+    requests = [job("c", 1, 1, 0, 1.0), job("b", 1, 1, 5, 9.0), job("a", 1, 1, 0, 1.0)]
+    assert [r.job for r in queue_order(requests)] == ["b", "a", "c"]
+
+
+def test_blocked_big_job_does_not_block_a_small_one_behind_it() -> None:
+    # 6 free GPUs: the first-come 8-GPU job waits, the 2-GPU job behind it runs.
+    decisions = admit(
+        cluster(6), [job("big", 1, 8, 0, 0.0), job("small", 1, 2, 0, 1.0)], KUBE_DEFAULT
+    )
+    assert [(d.job, d.admitted) for d in decisions] == [("big", False), ("small", True)]
+    assert decisions[0].reason.endswith("1 x Insufficient nvidia.com/gpu (6 free, pod needs 8)")
+
+
+def test_earlier_admissions_consume_capacity_for_later_ones() -> None:
+    decisions = admit(cluster(8), [job("a", 1, 6), job("b", 1, 4, arrival=1.0)], GANG_BINPACK)
+    assert [d.admitted for d in decisions] == [True, False]
+    assert "0/1 nodes are available" in decisions[1].reason
+
+
+def test_spread_and_binpack_pick_opposite_nodes() -> None:
+    # n0 has 8 free, n1 has 3 free: LeastAllocated spreads to n0, MostAllocated packs n1.
+    spread, _ = place_gang(cluster(8, 3), job("a", 1, 2), KUBE_DEFAULT)
+    pack, _ = place_gang(cluster(8, 3), job("a", 1, 2), GANG_BINPACK)
+    assert spread.placements[0].node == "n0"
+    assert pack.placements[0].node == "n1"
+    assert pack.placements[0].gpus == (5, 6)

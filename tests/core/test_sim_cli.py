@@ -1,0 +1,47 @@
+"""`rlix simulate`: the table, the JSON and progress on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from rlix.cli import simulate
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rlix")
+    simulate.add_parser(parser.add_subparsers())
+    return parser.parse_args(["simulate", *argv])
+
+
+def test_prints_the_claim_shaped_table_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.json"
+    args = parse("--mix", "small-lab", "--jobs", "12", "--json", str(out))
+    assert args.run(args) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    header = next(line for line in lines if line.startswith("| metric"))
+    assert header == (
+        "| metric | better | kube-default | gang-binpack | rlix | bound "
+        "| rlix/kube-default | rlix/gang-binpack |"
+    )
+    assert any(line.startswith("| GPU idle % | lower |") for line in lines)
+    assert any(line.startswith("| throughput (jobs/h) | higher |") for line in lines)
+    assert "events/s" in captured.out
+    assert "jobs done" in captured.err or "jobs in" in captured.err  # progress on stderr
+    doc = json.loads(out.read_text())
+    assert [r["scheduler"] for r in doc["results"]] == ["kube-default", "gang-binpack", "rlix"]
+    assert all(r["jobs"] == 12 for r in doc["results"])
+
+
+def test_one_scheduler_quietly(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse("--mix", "agentic", "--jobs", "5", "--scheduler", "kube-default", "--quiet")
+    assert args.run(args) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert "| metric | better | kube-default | bound |" in captured.out
