@@ -187,3 +187,18 @@ def test_memo_per_node_stays_bounded() -> None:
     for mib in range(1, 5 * MEMO_LIMIT):
         assert load.holdable(mib) == (0, 1)
     assert len(load.memo) <= MEMO_LIMIT
+
+
+def test_a_job_never_shares_a_gpu_with_itself() -> None:
+    """Pods of one gang run together, in the same phase: stacking them only slows them."""
+    n = node("n1").gpus(8).build()
+    peer = pod("a-0").job("a").gpus(4).memory(10 * GiB).phase(Phase.ROLLOUT).on("n1", 0, 1, 2, 3)
+    stranger = pod("b-0").job("b").gpus(4).memory(10 * GiB).phase(Phase.ROLLOUT).on("n1", 4, 5)
+    load = node_load(n, (peer.build(), stranger.build()))
+    same_job = fit(load, pod("a-1").job("a").gpus(4).memory(10 * GiB).build())
+    assert same_job.ok
+    assert sorted(g.index for g in same_job.candidates) == [4, 5, 6, 7]
+    too_many = fit(load, pod("a-2").job("a").gpus(5).memory(10 * GiB).build())
+    assert not too_many.ok and "only 4 of 8" in too_many.reason
+    other_job = fit(load, pod("c-0").job("c").gpus(8).memory(10 * GiB).build())
+    assert other_job.ok and len(other_job.candidates) == 8

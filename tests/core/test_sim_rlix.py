@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from rlix.core.admission import GangRequest, place_gang, place_pod
 from rlix.core.phases import Phase
 from rlix.core.placement import PlacementView, filter_nodes, score_nodes
@@ -79,11 +77,6 @@ def test_waiting_jobs_get_a_reason_from_the_policy() -> None:
     assert "node has 4 GPUs, pod needs 8 on one node" in decision.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rlix.core.placement stacks a gang's pods on the same GPUs (locality term); "
-    "reported to the placement owner. Flips to a failure (XPASS) once fixed.",
-)
 def test_pods_of_one_gang_do_not_share_gpus_while_empty_nodes_exist() -> None:
     snapshot = ClusterSnapshot.of([Node("n0", 8, 143_771), Node("n1", 8, 143_771)])
     pods = tuple(

@@ -70,7 +70,7 @@ def fit(load: NodeLoad, pod: Workload) -> Fit:
         return Fit(ok=False, reason=never, resolvable=False)
     capacity = load.capacity_mib
     demand = fit_demand(pod, capacity)
-    candidates = tuple(load.gpus[p] for p in load.holdable(demand))
+    candidates = tuple(load.gpus[p] for p in load.holdable_for(demand, pod.job))
     if len(candidates) >= pod.gpus:
         return Fit(ok=True, candidates=candidates)
     if pod.peak_memory_mib <= 0 or capacity <= 0:
@@ -115,7 +115,7 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
             demand = demands.get(cap)
             if demand is None:
                 demand = demands[cap] = fit_demand(pod, cap)
-            if (cap <= 0 or demand <= cap) and len(load.holdable(demand)) >= pod.gpus:
+            if (cap <= 0 or demand <= cap) and len(load.holdable_for(demand, pod.job)) >= pod.gpus:
                 out.feasible.append(name)
                 continue
         if load is None:

@@ -128,6 +128,23 @@ class NodeLoad:
             self.remember(key, found)
         return found
 
+    def holdable_for(self, demand_mib: int, job: str) -> tuple[int, ...]:
+        """Like ``holdable``, without GPUs that already hold a pod of ``job``.
+
+        A gang's pods run at the same time and in the same phase, so two of them
+        on one GPU only slow each other down (and overlap nothing): a job never
+        shares a GPU with itself.
+        """
+        found = self.holdable(demand_mib)
+        if not job or not any(r.job == job for r in self.residents):
+            return found
+        key = ("hold-job", demand_mib, job)
+        own: tuple[int, ...] | None = self.memo.get(key)
+        if own is None:
+            own = tuple(p for p in found if all(r.job != job for r in self.gpus[p].residents))
+            self.remember(key, own)
+        return own
+
 
 def _capacities(node: Node) -> list[tuple[int, int, int]]:
     """(index, capacity, measured use) per GPU, live agent state first."""

@@ -176,17 +176,20 @@ class _PodContext:
 _Shared = tuple[float, float, float, tuple[int, ...]]
 
 
-def _shared_terms(load: NodeLoad, phase: Phase | None, demand: int, gpus: int) -> _Shared | None:
+def _shared_terms(
+    load: NodeLoad, phase: Phase | None, demand: int, gpus: int, job: str = ""
+) -> _Shared | None:
     """The terms that depend only on the node's load and the pod's shape.
 
     Memoised on the (immutable) load: identical pods (a role's replicas, a
     gang's members) and repeated calls reuse them; None when the pod does not fit.
     """
-    key = ("score", phase, demand, gpus)
+    own = bool(job) and any(r.job == job for r in load.residents)
+    key = ("score", phase, demand, gpus, job if own else "")
     if key in load.memo:
         cached: _Shared | None = load.memo[key]
         return cached
-    positions = load.holdable(demand)
+    positions = load.holdable_for(demand, job)
     result: _Shared | None = None
     if len(positions) >= gpus:
         pairs_key = ("pairs", phase)
@@ -232,7 +235,7 @@ def _score(ctx: _PodContext, load: NodeLoad) -> NodeScore:
     shared = (
         None
         if too_big or not load.node.schedulable
-        else _shared_terms(load, ctx.phase, demand, ctx.pod.gpus)
+        else _shared_terms(load, ctx.phase, demand, ctx.pod.gpus, ctx.pod.job)
     )
     if shared is None:
         return NodeScore(node=name, score=0, feasible=False)
@@ -257,9 +260,15 @@ def _score(ctx: _PodContext, load: NodeLoad) -> NodeScore:
     )
 
 
-def _base(load: NodeLoad, phase: Phase | None, demand: int, gpus: int) -> float | None:
-    """The locality-free part of the total, memoised next to the terms."""
-    shared = _shared_terms(load, phase, demand, gpus)
+def _base(
+    load: NodeLoad, phase: Phase | None, demand: int, gpus: int, job: str = ""
+) -> float | None:
+    """The locality-free part of the total, memoised next to the terms.
+
+    ``job`` is given only on nodes that hold pods of the pod's own job: only
+    there can the answer differ (a job never shares a GPU with itself).
+    """
+    shared = _shared_terms(load, phase, demand, gpus, job)
     base = (
         None
         if shared is None
@@ -267,7 +276,7 @@ def _base(load: NodeLoad, phase: Phase | None, demand: int, gpus: int) -> float 
         + WEIGHT_INTERLEAVE * shared[1]
         + WEIGHT_PACKING * shared[2]
     )
-    load.remember(("base", phase, demand, gpus), base)
+    load.remember(("base", phase, demand, gpus, job), base)
     return base
 
 
@@ -310,9 +319,10 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         if found[1]:
             out[name] = 0
             continue
-        key = ("base", phase, found[0], gpus)
+        job = pod.job if name in ctx.peers_here else ""
+        key = ("base", phase, found[0], gpus, job)
         memo = load.memo
-        base = memo[key] if key in memo else _base(load, phase, found[0], gpus)
+        base = memo[key] if key in memo else _base(load, phase, found[0], gpus, job)
         if base is None:
             out[name] = 0
             continue
