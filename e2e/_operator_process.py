@@ -113,17 +113,18 @@ def running_operator(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
 
 
 def operator_with_extender(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
-    """Body of a module-scoped fixture: operator + an extender so pods bind."""
+    """Body of a module-scoped fixture: operator + the real extender so pods bind."""
     import pytest
 
-    from e2e._accept_all_extender import start_extender
+    from e2e._extender_process import ExtenderProcess
 
     port = int(getattr(cluster, "extender_port", 0))
     if not port:
         pytest.skip("needs the session's local control plane (extender port on 127.0.0.1)")
-    extender = start_extender(port, str(cluster.kubeconfig))
+    extender = ExtenderProcess(port, cluster.kubeconfig, log=workdir / "extender.log")
+    extender.start()
     try:
         with running_operator(cluster, workdir) as operator:
             yield operator
     finally:
-        extender.close()
+        extender.stop()
