@@ -322,7 +322,9 @@ def test_a_wiped_state_dir_adopts_what_the_client_says_it_parked(
     for record in (agent.state_dir / "suspended").glob("*.json"):
         record.unlink()  # an operator wiped the hostPath
     agent.start()
-    assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
+    # The trainer may reconnect before our first status query, so "not known yet"
+    # cannot be observed reliably; the log line proves the record came from the
+    # client (the state dir was wiped), and the resume proves it was right.
     wait_connected(agent, trainer.proc.pid)
     deadline = time.monotonic() + 10
     while UID not in agent.control(proto.OP_STATUS).body["suspended"]:
