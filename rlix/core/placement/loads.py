@@ -128,6 +128,14 @@ class NodeLoad:
             self.remember(key, found)
         return found
 
+    def jobs(self) -> frozenset[str]:
+        """Jobs with a pod on this node (memoised: asked for every node, every call)."""
+        found: frozenset[str] | None = self.memo.get(("jobs",))
+        if found is None:
+            found = frozenset(r.job for r in self.residents)
+            self.remember(("jobs",), found)
+        return found
+
     def holdable_for(self, demand_mib: int, job: str) -> tuple[int, ...]:
         """Like ``holdable``, without GPUs that already hold a pod of ``job``.
 
@@ -136,7 +144,7 @@ class NodeLoad:
         shares a GPU with itself.
         """
         found = self.holdable(demand_mib)
-        if not job or not any(r.job == job for r in self.residents):
+        if not job or job not in self.jobs():
             return found
         key = ("hold-job", demand_mib, job)
         own: tuple[int, ...] | None = self.memo.get(key)

@@ -184,7 +184,7 @@ def _shared_terms(
     Memoised on the (immutable) load: identical pods (a role's replicas, a
     gang's members) and repeated calls reuse them; None when the pod does not fit.
     """
-    own = bool(job) and any(r.job == job for r in load.residents)
+    own = bool(job) and job in load.jobs()
     key = ("score", phase, demand, gpus, job if own else "")
     if key in load.memo:
         cached: _Shared | None = load.memo[key]
