@@ -10,8 +10,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from e2e.kube import get_json, wait_for
 from rlix.devcluster.cluster import DevCluster
 
@@ -175,9 +173,16 @@ def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: st
     assert local_cluster.kubectl("get", "crd", "rljobs.rlix.io", check=False).returncode == 0
 
 
-@pytest.mark.parametrize(
-    "values", [["--set", "nodeAgent.enabled=false"], ["--set", "operator.webhook.enabled=false"]]
-)
-def test_optional_components_render(cluster: Any, values: list[str]) -> None:
-    out = helm(cluster, "template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values).stdout
-    assert "kind: Deployment" in out
+def test_optional_components_render(cluster: Any) -> None:
+    def render(*values: str) -> str:
+        args = ("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
+        return helm(cluster, *args).stdout
+
+    no_agent = render("--set", "nodeAgent.enabled=false")
+    assert "kind: Deployment" in no_agent and "kind: DaemonSet" not in no_agent
+    default = render()
+    assert "--no-webhook" in default and "validatingwebhookconfigurations" not in default
+    hooked = render("--set", "operator.webhook.enabled=true")
+    # The URL the API server gets must name the Service, not the 0.0.0.0 it listens on.
+    assert "--webhook-advertise-host=t-rlix-operator.default.svc" in hooked
+    assert "validatingwebhookconfigurations" in hooked

@@ -48,6 +48,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     hook = parser.add_argument_group("admission webhook")
     hook.add_argument("--no-webhook", action="store_true", help="do not serve the webhook")
     hook.add_argument("--webhook-host", default="127.0.0.1", help="address to listen on")
+    hook.add_argument(
+        "--webhook-advertise-host",
+        help="name the API server calls the webhook by, put in its URL and certificate, "
+        "e.g. rlix-operator.rlix-system.svc in a cluster (default: --webhook-host)",
+    )
     hook.add_argument("--webhook-port", type=int, default=9443, help="HTTPS port (default 9443)")
     hook.add_argument("--cert-dir", type=Path, help="where to write the self-signed certificates")
     parser.add_argument(
@@ -74,11 +79,14 @@ def _webhook_server(args: argparse.Namespace) -> kopf.WebhookServer | None:
     if args.no_webhook:
         return None
     directory = args.cert_dir or Path(tempfile.mkdtemp(prefix="rlix-operator-certs-"))
-    certs = make_certificates(directory, [args.webhook_host, "localhost"])
+    # Listening on 0.0.0.0 in a pod is fine, but the URL the API server gets must
+    # name something it can reach: the advertised host.
+    advertised = args.webhook_advertise_host or args.webhook_host
+    certs = make_certificates(directory, [advertised, "localhost"])
     return kopf.WebhookServer(
         addr=args.webhook_host,
         port=args.webhook_port,
-        host=args.webhook_host,
+        host=advertised,
         certfile=str(certs.cert),
         pkeyfile=str(certs.key),
         cafile=str(certs.ca),
