@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> creating $(VENV) and installing rlix[dev] (pinned)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip==25.3
-	@$(PY) -m pip install -q -e '.[dev,test-torch]'
+	@$(PY) -m pip install -q -e '.[dev,test-torch,trl,rllib]'
 	@touch $@
 
 .PHONY: venv

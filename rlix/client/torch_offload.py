@@ -137,6 +137,10 @@ class TorchOffload:
             ptr = storage.data_ptr()
             if storage.nbytes() == 0 or ptr in seen:
                 continue
+            if storage.device.type == "cpu" and not storage.resizable():
+                # Memory-mapped weights (safetensors) or memory shared with numpy:
+                # host memory we could not free anyway, and never device memory.
+                continue
             seen.add(ptr)
             yield key, storage
 

@@ -208,3 +208,17 @@ def test_engines_are_found_by_duck_typing() -> None:
     assert (vllm.calls, sgl.calls) == (["sleep2", "wake"], ["release"])
     with pytest.raises(TypeError, match="neither sleep"):
         EngineHook("x", object())
+
+
+def test_host_memory_that_cannot_be_freed_is_left_in_place() -> None:
+    """numpy-shared or memory-mapped host tensors are not device memory: skip, don't fail."""
+    m = torch.nn.Linear(4, 4)
+    m.weight.detach().numpy()  # torch marks the storage as not resizable from here on
+    before = m.weight.detach().clone()
+    hook = TorchOffload("t", modules=[m])
+    parked = hook.offload()
+    assert sorted(parked) == ["m0.bias"]
+    assert m.bias.untyped_storage().nbytes() == 0
+    assert torch.equal(m.weight.detach(), before)
+    restored = hook.restore()
+    assert restored["m0.bias"] == parked["m0.bias"][1]
