@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlix.devcluster.processes import free_port
+from rlix.devcluster.processes import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD = ROOT / "crds" / "rlix.io_rljobs.yaml"
@@ -27,9 +27,7 @@ class OperatorProcess:
     def __init__(self, cluster: Any, workdir: Path, *, backoff_base_s: float = 0.5) -> None:
         self.cluster = cluster
         self.workdir = workdir
-        self.webhook_port = free_port()
-        self.metrics_port = free_port()
-        self.liveness_port = free_port()
+        self.webhook_port, self.metrics_port, self.liveness_port = free_ports(3)
         self.backoff_base_s = backoff_base_s
         self.log = workdir / "operator.log"
         self.proc: subprocess.Popen[bytes] | None = None

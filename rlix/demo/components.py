@@ -92,7 +92,7 @@ class Components:
         return c
 
     def operator(self) -> Component:
-        live = processes.free_port()
+        live, webhook, metrics = processes.free_ports(3)
         c = Component(
             "operator",
             self._py(
@@ -100,11 +100,11 @@ class Components:
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--webhook-port",
-                str(processes.free_port()),
+                str(webhook),
                 "--cert-dir",
                 str(self.workdir / "certs"),
                 "--metrics-port",
-                str(processes.free_port()),
+                str(metrics),
                 "--liveness",
                 f"http://127.0.0.1:{live}/healthz",
                 "--backoff-base-seconds",

@@ -47,3 +47,9 @@ def test_free_port_is_free() -> None:
     port = processes.free_port()
     assert 0 < port < 65536
     assert not processes.port_in_use(port)
+
+
+def test_free_ports_are_distinct() -> None:
+    ports = processes.free_ports(16)
+    assert len(set(ports)) == 16
+    assert not any(processes.port_in_use(p) for p in ports)
