@@ -9,10 +9,12 @@ role pod through the real client library. It must finish every job.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+from e2e.kube import wait_for
 from rlix.demo.workload import demo_jobs
 
 
@@ -34,3 +36,39 @@ def test_demo_completes_with_summary(tmp_path: Path) -> None:
     # Jobs had to queue: more GPUs were asked for than the cluster has.
     assert sum(j.gpus for j in jobs) > 32
     assert "Queued=" in result.stderr
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline:
+                found.append(int(proc.name))
+    return found
+
+
+def test_demo_stopped_by_sigterm_leaves_nothing_running(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "rlix.cli.main", "demo", "--workdir", str(work)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert demo.stderr is not None
+    for line in demo.stderr:  # wait until RLix's own processes run
+        if "[4/5]" in line:
+            break
+    assert _processes_mentioning(str(work)), "agents should be running by now"
+    demo.send_signal(signal.SIGTERM)
+    rc = demo.wait(timeout=120)
+    demo.stderr.close()
+    assert rc == 130
+    leftover = wait_for(
+        "every process the demo started to exit",
+        lambda: not _processes_mentioning(str(work)) or None,
+        timeout_s=30,
+    )
+    assert leftover

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 DESCRIPTION = """\
@@ -46,6 +48,10 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run(args: argparse.Namespace) -> int:
     from rlix.demo.runner import Demo, DemoOptions, format_summary
     from rlix.devcluster.toolchain import ToolchainMissingError
@@ -58,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
         workdir=args.workdir,
         kubeconfig=args.kubeconfig,
     )
+    # SIGTERM (a CI timeout, `kill`) must unwind like Ctrl-C, so the finally blocks
+    # stop every process the demo started instead of orphaning them.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         summary = Demo(options).run()
     except (RuntimeError, ToolchainMissingError) as err:
