@@ -44,17 +44,26 @@ def test_rendered_chart_passes_server_side_dry_run(cluster: Any, namespace: str)
     assert "daemonset.apps/dry-rlix-node-agent created (server dry run)" in out.stdout
 
 
-def _can(cluster: Any, namespace: str, sa: str, verb: str, resource: str) -> bool:
+def _can(
+    cluster: Any, namespace: str, sa: str, verb: str, resource: str, *, scope: str = "-A"
+) -> bool:
+    """``kubectl auth can-i`` as the service account; ``scope`` "-A" or "-n=<ns>"."""
     result = cluster.kubectl(
         "auth",
         "can-i",
         verb,
         resource,
-        "-A",
+        scope,
         f"--as=system:serviceaccount:{namespace}:{sa}",
         check=False,
     )
     return result.stdout.strip() == "yes"
+
+
+def _helm_release(cluster: Any, verb: str, release: str, namespace: str, *values: str) -> None:
+    """``helm install|upgrade`` with the simulated GPU backend (kwok nodes have no NVML)."""
+    helm(cluster, verb, release, str(CHART), "-n", namespace, "--wait", "--timeout", "3m",
+         "--set", "nodeAgent.backend=simulated", *values)  # fmt: skip
 
 
 def _release_objects(cluster: Any, namespace: str, release: str) -> list[str]:
@@ -72,19 +81,7 @@ def _release_objects(cluster: Any, namespace: str, release: str) -> list[str]:
 
 def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: str) -> None:
     release = "r" + namespace[-6:]
-    helm(
-        local_cluster,
-        "install",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "--wait",
-        "--timeout",
-        "3m",
-        "--set",
-        "nodeAgent.backend=simulated",
-    )
+    _helm_release(local_cluster, "install", release, namespace)
     prefix = f"{release}-rlix"
     for deploy in ("operator", "extender", "scheduler"):
         local_cluster.kubectl(
@@ -113,33 +110,14 @@ def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: st
     assert can("operator", "create", "pods") and can("operator", "patch", "rljobs.rlix.io/status")
     assert not can("operator", "get", "secrets")
     assert can("scheduler", "create", "bindings")
-    lease = local_cluster.kubectl(
-        "auth",
-        "can-i",
-        "update",
-        "leases.coordination.k8s.io/rlix-scheduler",
-        "-n",
-        namespace,
-        f"--as=system:serviceaccount:{namespace}:{prefix}-scheduler",
-        check=False,
-    )
-    assert lease.stdout.strip() == "yes", "leader election needs its own lease"
+    lease = "leases.coordination.k8s.io/rlix-scheduler"
+    assert _can(
+        local_cluster, namespace, f"{prefix}-scheduler", "update", lease, scope=f"-n={namespace}"
+    ), "leader election needs its own lease"
 
     # Upgrade: a changed value rolls out, nothing is duplicated.
-    helm(
-        local_cluster,
-        "upgrade",
-        release,
-        str(CHART),
-        "-n",
-        namespace,
-        "--wait",
-        "--timeout",
-        "3m",
-        "--set",
-        "nodeAgent.backend=simulated",
-        "--set",
-        "scheduler.extenderWeight=7",
+    _helm_release(
+        local_cluster, "upgrade", release, namespace, "--set", "scheduler.extenderWeight=7"
     )
     config = get_json(local_cluster, "configmap", f"{prefix}-scheduler", "-n", namespace)
     assert "weight: 7" in config["data"]["config.yaml"]
