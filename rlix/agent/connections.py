@@ -8,14 +8,17 @@ reply and the loop goes on, so no client can crash the agent or another client.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from rlix.agent.fd_lines import FdLineReader
 from rlix.agent.identities import Caller
 from rlix.core import agent_protocol as proto
 
@@ -72,10 +75,10 @@ class Connection:
 
     def serve(self) -> None:
         """Read lines until the peer closes; always cleans up."""
-        reader = self.sock.makefile("rb")
+        reader = FdLineReader(self.sock)
         try:
             while True:
-                line = reader.readline(proto.MAX_LINE_BYTES + 1)
+                line = reader.readline(proto.MAX_LINE_BYTES)
                 if not line:
                     return
                 if not line.endswith(b"\n") and len(line) > proto.MAX_LINE_BYTES:
@@ -88,29 +91,51 @@ class Connection:
                     )
                     with contextlib.suppress(OSError):
                         self.sock.shutdown(socket.SHUT_WR)
-                        self.sock.settimeout(1.0)
-                        while reader.read1(65536):
-                            pass
+                    reader.drain(1.0)
                     return
                 if line.strip():
-                    self._handle_line(line)
+                    self._handle_line(line, reader)
+                reader.line_done()
         except OSError:
             return
         finally:
-            reader.close()
+            reader.discard()
             self.close()
 
-    def _handle_line(self, line: bytes) -> None:
+    def _handle_line(self, line: bytes, reader: FdLineReader) -> None:
         try:
             msg = proto.decode(line)
         except proto.ProtocolError as exc:
             self._safe_send(proto.encode_error(exc.msg_id, exc.code, exc.message))
             return
+        try:
+            fds = reader.take(msg.nfds)
+        except proto.ProtocolError as exc:
+            if isinstance(msg, proto.Reply):
+                # Whoever waits for this reply learns why it is unusable.
+                msg = proto.Reply(
+                    re=msg.re, ok=False, body={}, error_code=exc.code, error_message=exc.message
+                )
+                fds = ()
+            else:
+                self._safe_send(proto.encode_error(msg.id, exc.code, exc.message))
+                return
         if isinstance(msg, proto.Reply):
             with self._pending_lock:
                 fut = self._pending.pop(msg.re, None)
             if fut is not None and not fut.done():
-                fut.set_result(msg)
+                # Whoever asked owns (and closes) the descriptors of the reply.
+                fut.set_result(dataclasses.replace(msg, fds=fds))
+            else:
+                _close_all(fds)
+            return
+        if fds:
+            _close_all(fds)
+            self._safe_send(
+                proto.encode_error(
+                    msg.id, proto.E_BAD_FIELD, f"op {msg.op!r} takes no file descriptors"
+                )
+            )
             return
         try:
             out = self._handler(self, msg)
@@ -135,3 +160,9 @@ class Connection:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+
+def _close_all(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -17,10 +17,12 @@ from types import FrameType
 from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
 from rlix.agent.gpus import GpuBackend
 from rlix.agent.identities import CgroupResolver, PodDirectory, static_directory
+from rlix.agent.park_space import ParkSpace
 from rlix.agent.parking_state import StateStore
 from rlix.agent.preemption import Preemption
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.publishing import FilePublisher, Publisher
+from rlix.agent.relocation import CudaRelocator, DeviceRelocator, SimulatedHbm
 from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 
@@ -39,7 +41,11 @@ It does three things:
      device memory in pinned host memory through its registered hooks (or the
      CUDA driver checkpoint API is used for processes without hooks), and the
      agent records what was parked, with checksums, under --state-dir so a
-     restarted agent can still resume it.
+     restarted agent can still resume it. With a relocation target
+     (suspend-pod "target": "host" or "gpu:<i>") the agent itself takes the
+     pod's memory: into a park file under --park-dir (host memory on a tmpfs
+     that outlives the agent), and for "gpu:<i>" also into spare HBM of that
+     GPU, so the pod's process keeps nothing.
 """
 
 EPILOG = """\
@@ -54,6 +60,12 @@ examples:
 
   # ask it for its state (any host process running as the agent's user)
   printf '{"v":1,"id":1,"op":"status"}\\n' | socat - UNIX-CONNECT:/tmp/rlix/agent.sock
+
+  # relocate a pod's memory into spare HBM of GPU 3, then bring it back
+  printf '{"v":1,"id":1,"op":"suspend-pod","pod_uid":"<uid>","target":"gpu:3"}\\n' \\
+      | socat - UNIX-CONNECT:/tmp/rlix/agent.sock
+  printf '{"v":1,"id":2,"op":"resume-pod","pod_uid":"<uid>"}\\n' \\
+      | socat - UNIX-CONNECT:/tmp/rlix/agent.sock
 """
 
 
@@ -77,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("/var/lib/rlix-agent"),
         help="where suspended-pod records live; use a hostPath so they outlive "
         "the agent's pod (default: %(default)s)",
+    )
+    p.add_argument(
+        "--park-dir",
+        type=Path,
+        default=Path("/dev/shm/rlix-agent/parked"),
+        help="where relocated pods' memory is parked (one file per process); a "
+        "tmpfs hostPath, so the parked bytes are host memory that outlives the "
+        "agent (default: %(default)s)",
     )
     p.add_argument(
         "--backend",
@@ -108,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("/proc"),
         help="where to read PID/cgroup from (host /proc with hostPID; a fake tree "
         "in tests) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--control-pod-uid",
+        default=os.environ.get("POD_UID", ""),
+        help="UID of the agent's own pod, whose processes may suspend, resume and "
+        "query like a host administrator (`kubectl exec` into the agent pod and "
+        "run `rlix agent ...`) (default: $POD_UID)",
     )
     p.add_argument("--sim-gpus", type=int, default=8, help="simulated backend: GPU count")
     p.add_argument(
@@ -164,14 +191,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     backend: GpuBackend
     checkpointer: Checkpointer
+    relocator: DeviceRelocator
     if args.backend == "simulated":
-        backend = SimulatedBackend(gpu_count=args.sim_gpus, memory_mib=args.sim_gpu_memory_mib)
+        simulated = SimulatedBackend(gpu_count=args.sim_gpus, memory_mib=args.sim_gpu_memory_mib)
+        backend = simulated
         checkpointer = NoCheckpointer("simulated GPUs have no driver to checkpoint")
+        relocator = SimulatedHbm(simulated)
     else:
         from rlix.agent.nvml_gpus import NvmlBackend
 
         backend = NvmlBackend()
         checkpointer = CudaDriverCheckpointer()
+        relocator = CudaRelocator()
 
     api: object | None = None
     port: Publisher
@@ -194,7 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         publisher=publisher,
         now=now,
         timeout_s=args.suspend_timeout,
+        parks=ParkSpace(args.park_dir),
+        relocator=relocator,
     )
+    preemption.reap()  # processes that exited while this agent was down
     for problem in preemption.load_problems:
         logging.error("unreadable suspended-pod record (kept for inspection): %s", problem)
     server = AgentServer(
@@ -205,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         publisher=publisher,
         preemption=preemption,
         now=now,
+        control_pod_uid=args.control_pod_uid,
     )
     server.bind()
 
@@ -217,11 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     threading.Thread(target=server.publish_loop, args=(args.publish_interval,), daemon=True).start()
     reason = checkpointer.unsupported_reason()
     logging.info(
-        "listening on %s (backend %s, node %s); transparent suspend: %s",
+        "listening on %s (backend %s, node %s); transparent suspend: %s; "
+        "CUDA IPC relocation: %s; park dir %s",
         args.socket,
         backend.name,
         args.node_name,
         reason or "available",
+        relocator.unsupported_reason() or "available",
+        args.park_dir,
     )
     server.serve_forever()
     publisher.flush(timeout=5)

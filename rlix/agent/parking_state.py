@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 _UID = re.compile(r"^[0-9a-f-]{1,64}$")
 
@@ -29,31 +29,49 @@ class ManifestError(ValueError):
     """A client's parked manifest is not in the documented shape."""
 
 
+WHERE_SELF = "host"  # in the client's own pinned pool
+WHERE_DRIVER = "driver-checkpoint"  # saved by the CUDA driver inside the process
+WHERE_EXPORTED = "exported"  # exported to the agent, not yet copied: the client still holds it
+WHERE_RELOCATED = "relocated-"  # + "host" or "gpu:<i>": the agent holds the only copy
+
+
 @dataclass(frozen=True, slots=True)
 class ParkedEntry:
     name: str
     nbytes: int
     checksum: str
+    offset: int | None = None  # position in the export (relocated entries only)
 
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
     """What one client process parked (see docs/node-agent.md)."""
 
-    where: str  # "host" | "gpu:<index>" | "driver-checkpoint"
+    where: str  # one of the WHERE_* values
     entries: tuple[ParkedEntry, ...]
+    size: int | None = None  # bytes of the export (relocation only)
 
     @property
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self.entries)
 
+    @property
+    def relocated(self) -> bool:
+        return self.where.startswith(WHERE_RELOCATED)
+
+    def moved_to(self, where: str) -> Manifest:
+        return Manifest(where=where, entries=self.entries, size=self.size)
+
     def to_doc(self) -> dict[str, Any]:
-        return {
-            "where": self.where,
-            "entries": [
-                {"name": e.name, "nbytes": e.nbytes, "checksum": e.checksum} for e in self.entries
-            ],
-        }
+        doc: dict[str, Any] = {"where": self.where, "entries": []}
+        for e in self.entries:
+            entry: dict[str, Any] = {"name": e.name, "nbytes": e.nbytes, "checksum": e.checksum}
+            if e.offset is not None:
+                entry["offset"] = e.offset
+            doc["entries"].append(entry)
+        if self.size is not None:
+            doc["size"] = self.size
+        return doc
 
 
 def manifest_from_doc(doc: Any) -> Manifest:
@@ -65,20 +83,33 @@ def manifest_from_doc(doc: Any) -> Manifest:
     raw = doc.get("entries")
     if not isinstance(raw, list):
         raise ManifestError("manifest needs a list 'entries'")
+    size = doc.get("size")
+    if size is not None and not _count(size):
+        raise ManifestError("'size' must be a non-negative integer")
     entries = []
     for i, e in enumerate(raw):
         if not isinstance(e, Mapping):
             raise ManifestError(f"entries[{i}] must be an object")
         name, nbytes, checksum = e.get("name"), e.get("nbytes"), e.get("checksum")
+        offset = e.get("offset")
         if not isinstance(name, str) or not isinstance(checksum, str) or not checksum:
             raise ManifestError(f"entries[{i}] needs string 'name' and 'checksum'")
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        if not _count(nbytes):
             raise ManifestError(f"entries[{i}] needs a non-negative integer 'nbytes'")
-        entries.append(ParkedEntry(name, nbytes, checksum))
+        if offset is not None:
+            if not _count(offset):
+                raise ManifestError(f"entries[{i}].offset must be a non-negative integer")
+            if size is None or offset + nbytes > size:
+                raise ManifestError(f"entries[{i}] ({name}) lies outside the {size}-byte export")
+        entries.append(ParkedEntry(name, int(nbytes), checksum, offset))
     names = [e.name for e in entries]
     if len(set(names)) != len(names):
         raise ManifestError("manifest entry names must be unique")
-    return Manifest(where=where, entries=tuple(entries))
+    return Manifest(where=where, entries=tuple(entries), size=size)
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(slots=True)

@@ -9,20 +9,26 @@ the pod stays resumable. Records are reloaded on agent restart.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rlix.agent.connections import Connection, ConnectionClosedError
 from rlix.agent.driver_checkpoint import Checkpointer, CheckpointUnsupportedError
 from rlix.agent.gpus import GpuBackend
+from rlix.agent.park_space import ExportError, ParkSpace
 from rlix.agent.parking_state import (
+    WHERE_DRIVER,
+    WHERE_RELOCATED,
     Manifest,
     ManifestError,
     StateStore,
@@ -30,12 +36,11 @@ from rlix.agent.parking_state import (
     manifest_from_doc,
 )
 from rlix.agent.publication import BackgroundPublisher
+from rlix.agent.relocation import DeviceRelocator, RelocationUnsupportedError
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_SUSPENDED
 
 log = logging.getLogger(__name__)
-
-WHERE_DRIVER = "driver-checkpoint"
 
 
 def rfc3339(t: datetime) -> str:
@@ -52,7 +57,13 @@ class Preemption:
         publisher: BackgroundPublisher,
         now: Callable[[], datetime],
         timeout_s: float,
+        parks: ParkSpace,
+        relocator: DeviceRelocator,
+        alive: Callable[[int], bool] | None = None,
     ) -> None:
+        self._alive = alive or process_alive
+        self._parks = parks
+        self._relocator = relocator
         self._store = store
         self._backend = backend
         self._checkpointer = checkpointer
@@ -89,6 +100,53 @@ class Preemption:
         if not parked:
             self._backend.process_gone(conn.pid)
 
+    def reap(self) -> list[str]:
+        """Forget parked processes that no longer exist, and free what they parked.
+
+        A process that dies while suspended takes its in-process copy with it;
+        a relocated one would leave its park file (host memory) behind forever.
+        Called periodically rather than on disconnect: a dying process closes
+        its socket before it is gone from the process table.
+        """
+        dead: list[tuple[SuspendedPod, int, Manifest]] = []
+        with self._lock:
+            for rec in list(self.suspended.values()):
+                for pid in list(rec.processes):
+                    if not self._alive(pid):
+                        dead.append((rec, pid, rec.processes.pop(pid)))
+                if any(r is rec for r, _, _ in dead):
+                    if rec.processes:
+                        self._store.save(rec)
+                    else:
+                        self._store.delete(rec.uid)
+                        self.suspended.pop(rec.uid, None)
+        out: list[str] = []
+        for rec, pid, manifest in dead:
+            if manifest.relocated:
+                self._parks.delete(rec.uid, pid)
+                self._relocator.drop(f"{rec.uid}/{pid}")
+            self._backend.set_parked(frozenset({pid}), False)
+            self._backend.process_gone(pid)
+            line = (
+                f"pid {pid} of {rec.namespace}/{rec.name} exited while suspended ({manifest.where})"
+            )
+            log.warning("%s: its parked memory is released", line)
+            out.append(line)
+            if not rec.processes and rec.namespace and rec.uid not in self.suspended:
+                self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: None})
+        return out
+
+    def pods_doc(self) -> dict[str, str]:
+        """namespace/name of every pod with a connected or suspended process."""
+        with self._lock:
+            out = {
+                uid: next(iter(conns.values())).caller.pod.key  # type: ignore[union-attr]
+                for uid, conns in self._sessions.items()
+                if conns
+            }
+            out.update({uid: f"{r.namespace}/{r.name}" for uid, r in self.suspended.items()})
+        return out
+
     def sessions_doc(self) -> dict[str, dict[str, list[str]]]:
         """Connected processes per pod UID, with the hooks each announced."""
         with self._lock:
@@ -114,11 +172,32 @@ class Preemption:
                 # Our record is gone (state dir wiped?): adopt the client's own
                 # manifest rather than strand a parked process.
                 log.warning("adopting parked state reported by pid %d of %s", conn.pid, pod.key)
-                self._record(conn, manifest)
+                self._record(conn, self._adoptable(pod.uid, conn.pid, manifest))
         return {"suspended": True}
 
+    def _adoptable(self, uid: str, pid: int, manifest: Manifest) -> Manifest:
+        """A client's own account of what it parked, checked against what we hold."""
+        if manifest.where == "relocated" or manifest.relocated:
+            size = self._parks.size(uid, pid)
+            if size is None or size != manifest.size:
+                raise proto.ProtocolError(
+                    proto.E_CONFLICT,
+                    f"parked: says relocated, but the agent holds "
+                    f"{'no park file' if size is None else f'{size} bytes'} for pid {pid}",
+                )
+            return manifest.moved_to(f"{WHERE_RELOCATED}{proto.TARGET_HOST}")
+        return manifest
+
     # -- suspend -----------------------------------------------------------------
-    def suspend_pod(self, uid: str) -> dict[str, Any]:
+    def suspend_pod(self, uid: str, target: str = proto.TARGET_SELF) -> dict[str, Any]:
+        relocate = target != proto.TARGET_SELF
+        if target.startswith(proto.TARGET_GPU_PREFIX):
+            gpu = int(target.removeprefix(proto.TARGET_GPU_PREFIX))
+            count = len(self._backend.gpus())
+            if gpu >= count:
+                raise proto.ProtocolError(
+                    proto.E_BAD_FIELD, f"target {target!r}: this node has {count} GPUs"
+                )
         with self._lock:
             if uid in self.suspended:
                 since = self.suspended[uid].since
@@ -131,16 +210,21 @@ class Preemption:
                 proto.E_NOT_FOUND, f"no process of pod {uid} is connected to this agent"
             )
         futures: dict[Future[proto.Reply], Connection] = {}
+        recorded: dict[Future[proto.Reply], threading.Event] = {}
         errors: list[str] = []
         for conn in conns:
             if conn.hooks:
-                fut = conn.request(proto.OP_SUSPEND)
-                fut.add_done_callback(functools.partial(self._on_parked, conn))
+                fut = conn.request(proto.OP_SUSPEND, relocate=relocate)
+                recorded[fut] = threading.Event()
+                fut.add_done_callback(functools.partial(self._on_parked, conn, recorded[fut]))
                 futures[fut] = conn
             else:
                 errors.extend(self._driver_suspend(conn))
         done, not_done = wait_futures(futures, timeout=self._timeout_s)
         for fut in not_done:
+            # A late reply is still recorded (as exported: the process keeps its
+            # memory until a release that never comes); its descriptors are closed.
+            fut.add_done_callback(_close_reply_fds)
             errors.append(
                 f"pid {futures[fut].pid}: no park reply within {self._timeout_s}s "
                 "(it parks at its next phase boundary; the record is saved when it does)"
@@ -149,12 +233,95 @@ class Preemption:
             reply = _result(fut)
             if isinstance(reply, str):
                 errors.append(f"pid {futures[fut].pid}: {reply}")
+                continue
+            try:
+                if reply.body.get("export") is not None:
+                    # Waiters wake before done-callbacks run: let the "exported"
+                    # record land first, so the relocated one replaces it.
+                    recorded[fut].wait(timeout=10)
+                    self._relocate(futures[fut], reply, target)
+            except proto.ProtocolError as exc:
+                errors.append(f"pid {futures[fut].pid}: {exc.message}")
+            finally:
+                _close_reply_fds(fut)
         with self._lock:
             rec = self.suspended.get(uid)
             parked = {pid: m.where for pid, m in rec.processes.items()} if rec else {}
         if errors:
             raise proto.ProtocolError(proto.E_FAILED, "; ".join(errors))
         return {"pod_uid": uid, "parked": {str(p): w for p, w in parked.items()}}
+
+    def _relocate(self, conn: Connection, reply: proto.Reply, target: str) -> None:
+        """Copy a process's export to the target, check it, then let it free its memory.
+
+        Until ``release`` is answered the process still holds its memory, so a
+        failure here resumes it in place and loses nothing.
+        """
+        pod = conn.caller.pod
+        assert pod is not None
+        manifest = manifest_from_doc(reply.body.get("manifest"))
+        export = reply.body["export"]
+        owner = f"{pod.uid}/{conn.pid}"
+        try:
+            if not isinstance(export, dict) or not isinstance(export.get("cuda", []), list):
+                raise ExportError("'export' must be an object with a 'cuda' list")
+            size = manifest.size or 0
+            memfd, cuda = export.get("memfd"), export.get("cuda", [])
+            if memfd is not None:
+                if len(reply.fds) != 1:
+                    raise ExportError(f"a memfd export needs 1 descriptor, {len(reply.fds)} came")
+                self._parks.park_from_fd(pod.uid, conn.pid, reply.fds[0], size)
+            else:
+                self._parks.allocate(pod.uid, conn.pid, size)  # device pieces only
+            self._relocator.park(cuda, self._parks.path(pod.uid, conn.pid))
+            bad, _ = self._parks.mismatches(
+                pod.uid,
+                conn.pid,
+                [
+                    (e.name, e.offset or 0, e.nbytes, e.checksum)
+                    for e in manifest.entries
+                    if e.offset is not None
+                ],
+            )
+            if bad:
+                raise ExportError(f"the parked copy does not match the checksums of {bad}")
+            if target.startswith(proto.TARGET_GPU_PREFIX):
+                gpu = int(target.removeprefix(proto.TARGET_GPU_PREFIX))
+                self._relocator.hold(owner, gpu, self._parks.path(pod.uid, conn.pid), size)
+        except (ExportError, RelocationUnsupportedError, OSError, ValueError, KeyError) as exc:
+            self._parks.delete(pod.uid, conn.pid)
+            self._relocator.drop(owner)
+            self._undo_export(conn, manifest)
+            raise proto.ProtocolError(
+                proto.E_FAILED, f"relocation to {target} failed, resumed in place: {exc}"
+            ) from None
+        self._record(conn, manifest.moved_to(f"{WHERE_RELOCATED}{target}"))
+        release = conn.request(proto.OP_RELEASE)
+        try:
+            answer = release.result(timeout=self._timeout_s)
+        except Exception as exc:  # the copy is safe; the process keeps its memory for now
+            log.warning("pid %d did not confirm release: %s", conn.pid, exc)
+            return
+        if not answer.ok:
+            log.warning("pid %d refused release: %s", conn.pid, answer.error_message)
+
+    def _undo_export(self, conn: Connection, manifest: Manifest) -> None:
+        """Relocation failed before release: the process resumes with its own memory."""
+        with self._lock:
+            rec = self.suspended.get(conn.caller.pod.uid) if conn.caller.pod else None
+            if rec is not None:
+                rec.processes.pop(conn.pid, None)
+                if rec.processes:
+                    self._store.save(rec)
+                else:
+                    self._store.delete(rec.uid)
+                    self.suspended.pop(rec.uid, None)
+        self._backend.set_parked(frozenset({conn.pid}), False)
+        fut = conn.request(proto.OP_RESUME, manifest=manifest.to_doc())
+        try:
+            fut.result(timeout=self._timeout_s)
+        except Exception as exc:
+            log.error("pid %d: resume after a failed relocation: %s", conn.pid, exc)
 
     def _driver_suspend(self, conn: Connection) -> list[str]:
         try:
@@ -169,16 +336,21 @@ class Preemption:
         self._record(conn, Manifest(where=WHERE_DRIVER, entries=()))
         return []
 
-    def _on_parked(self, conn: Connection, fut: Future[proto.Reply]) -> None:
-        reply = _result(fut)
-        if isinstance(reply, str):
-            return
+    def _on_parked(
+        self, conn: Connection, recorded: threading.Event, fut: Future[proto.Reply]
+    ) -> None:
         try:
-            manifest = manifest_from_doc(reply.body.get("manifest"))
-        except ManifestError as exc:
-            log.error("pid %d sent a bad park manifest: %s", conn.pid, exc)
-            return
-        self._record(conn, manifest)
+            reply = _result(fut)
+            if isinstance(reply, str):
+                return
+            try:
+                manifest = manifest_from_doc(reply.body.get("manifest"))
+            except ManifestError as exc:
+                log.error("pid %d sent a bad park manifest: %s", conn.pid, exc)
+                return
+            self._record(conn, manifest)
+        finally:
+            recorded.set()
 
     def _record(self, conn: Connection, manifest: Manifest) -> None:
         pod = conn.caller.pod
@@ -215,10 +387,18 @@ class Preemption:
                 except Exception as exc:
                     errors.append(f"pid {pid}: driver restore failed: {exc}")
             elif conn is None:
-                errors.append(
-                    f"pid {pid} is not connected (yet); its parked copy lives in that "
-                    "process, retry once it reconnects"
+                held = (
+                    "the agent holds its parked copy"
+                    if manifest.relocated
+                    else ("its parked copy lives in that process")
                 )
+                errors.append(f"pid {pid} is not connected (yet); {held}, retry once it reconnects")
+            elif manifest.relocated:
+                problem = self._fill(uid, conn, manifest)
+                if problem:
+                    errors.append(f"pid {pid}: {problem}")
+                    continue
+                futures[conn.request(proto.OP_RESUME, manifest=manifest.to_doc())] = pid
             else:
                 futures[conn.request(proto.OP_RESUME, manifest=manifest.to_doc())] = pid
         done, not_done = wait_futures(futures, timeout=self._timeout_s)
@@ -239,18 +419,71 @@ class Preemption:
             raise proto.ProtocolError(proto.E_FAILED, "; ".join(errors))
         return {"pod_uid": uid, "resumed": sorted(resumed)}
 
+    def _fill(self, uid: str, conn: Connection, manifest: Manifest) -> str | None:
+        """Have a relocated process reallocate, and copy its memory back in."""
+        fut = conn.request(proto.OP_REGROW, manifest=manifest.to_doc())
+        try:
+            reply = fut.result(timeout=self._timeout_s)
+        except Exception as exc:
+            _close_reply_fds(fut)
+            return f"no regrow reply: {exc}"
+        try:
+            if not reply.ok:
+                return f"regrow refused: {reply.error_code}: {reply.error_message}"
+            export = reply.body.get("export")
+            if export is None:
+                return None  # it never freed its memory (release did not arrive)
+            size = manifest.size or 0
+            if export.get("size") != size:
+                return f"regrow exported {export.get('size')} bytes, {size} were parked"
+            if export.get("memfd") is not None:
+                if len(reply.fds) != 1:
+                    return f"a memfd export needs 1 descriptor, {len(reply.fds)} came"
+                self._parks.unpark_into_fd(uid, conn.pid, reply.fds[0], size)
+            self._relocator.unpark(
+                f"{uid}/{conn.pid}", export.get("cuda", []), self._parks.path(uid, conn.pid)
+            )
+        except (ExportError, RelocationUnsupportedError, OSError, ValueError, KeyError) as exc:
+            return f"copying the parked memory back failed (still parked): {exc}"
+        finally:
+            _close_reply_fds(fut)
+        return None
+
     def _finish_resume(self, rec: SuspendedPod, resumed: list[int]) -> None:
         with self._lock:
-            for pid in resumed:
-                rec.processes.pop(pid, None)
+            gone = [(pid, rec.processes.pop(pid, None)) for pid in resumed]
             if rec.processes:
                 self._store.save(rec)  # keep what is still parked
             else:
                 self._store.delete(rec.uid)
                 self.suspended.pop(rec.uid, None)
+        # Parked copies go only after the record no longer points at them.
+        for pid, manifest in gone:
+            if manifest is not None and manifest.relocated:
+                self._parks.delete(rec.uid, pid)
+                self._relocator.drop(f"{rec.uid}/{pid}")
         self._backend.set_parked(frozenset(resumed), False)
         if not rec.processes and rec.namespace:
             self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: None})
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a host PID is a live process (a zombie is not: it has exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:
+        return True  # unreadable is not proof of death: keep its memory
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _close_reply_fds(fut: Future[proto.Reply]) -> None:
+    """Descriptors that came with a reply are ours to close once used."""
+    if fut.done() and not fut.cancelled() and fut.exception() is None:
+        for fd in fut.result().fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _result(fut: Future[proto.Reply]) -> proto.Reply | str:

@@ -4,7 +4,8 @@ Who may do what is decided by the kernel's peer credentials alone:
 
 * a process inside a pod may report its own phase and usage and announce hooks;
 * a host process running as the agent's user (the operator-side controller or
-  an administrator on the node) may suspend, resume and query;
+  an administrator on the node) may suspend, resume and query, and so may a
+  process in the agent's own pod (``kubectl exec ... rlix agent``);
 * everything else is refused with a reason.
 """
 
@@ -45,7 +46,11 @@ class AgentServer:
         preemption: Preemption,
         now: Callable[[], datetime],
         socket_mode: int = 0o666,
+        control_pod_uid: str | None = None,
     ) -> None:
+        # The agent's own pod: `kubectl exec` into it runs `rlix agent ...`,
+        # which is a process in a pod but is the node's administrator.
+        self._control_pod_uid = control_pod_uid or None
         self._path = socket_path
         self._node = node_name
         self._resolver = resolver
@@ -96,6 +101,10 @@ class AgentServer:
     def publish_loop(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
             try:
+                self.preemption.reap()
+            except Exception:
+                log.exception("releasing the memory of exited processes failed")
+            try:
                 self.publish_gpus()
             except Exception:
                 log.exception("publishing GPU state failed")
@@ -122,6 +131,8 @@ class AgentServer:
             raise proto.ProtocolError(
                 proto.E_FORBIDDEN, f"op {req.op!r} is sent by the agent, not to it", msg_id=req.id
             )
+        if pod is not None and pod.uid == self._control_pod_uid and req.op in proto.CONTROL_OPS:
+            return self._control_op(req)
         if req.op in proto.CLIENT_OPS:
             if pod is None:
                 raise proto.ProtocolError(
@@ -195,10 +206,15 @@ class AgentServer:
     def _control_op(self, req: proto.Request) -> bytes:
         if req.op == proto.OP_STATUS:
             return proto.encode_reply(req.id, **self.status())
+        if req.op == proto.OP_RESUME_POD and "target" in req.args:
+            raise proto.ProtocolError(
+                proto.E_BAD_FIELD, "'target' is for suspend-pod only", msg_id=req.id
+            )
         uid = proto.require_str(req, "pod_uid")
         try:
             if req.op == proto.OP_SUSPEND_POD:
-                result = self.preemption.suspend_pod(uid)
+                target = proto.parse_target(req.args.get("target"))
+                result = self.preemption.suspend_pod(uid, target)
             else:
                 result = self.preemption.resume_pod(uid)
         except proto.ProtocolError as exc:
@@ -227,6 +243,7 @@ class AgentServer:
                 for p in self._backend.processes()
             ],
             "phases": phases,
+            "pods": self.preemption.pods_doc(),
             "connected": self.preemption.sessions_doc(),
             "suspended": suspended,
             "stateProblems": self.preemption.load_problems,

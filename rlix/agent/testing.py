@@ -54,24 +54,32 @@ class AgentProcess:
         sim_gpu_memory_mib: int = 81920,
         suspend_timeout_s: float = 30.0,
         node: str = "node-a",
+        backend: str = "simulated",
+        park_dir: Path | None = None,
+        control_pod_uid: str = "",
     ) -> None:
         self.root = root
         self.proc = root / "proc"
         self.state_dir = root / "state"
+        self.park_dir = park_dir or root / "parked"
         self.socket = root / "run" / "agent.sock"
         self.node = node
         self._pods = dict(pods or {})
+        # backend="nvml" runs the real-GPU agent (hack/gpu-check.py); only the
+        # proc tree that maps PIDs to pods is still the harness's.
+        sim = [f"--sim-gpus={sim_gpus}", f"--sim-gpu-memory-mib={sim_gpu_memory_mib}"]
         self._args = [
             "--no-kube",
-            "--backend=simulated",
-            f"--sim-gpus={sim_gpus}",
-            f"--sim-gpu-memory-mib={sim_gpu_memory_mib}",
+            f"--backend={backend}",
+            *(sim if backend == "simulated" else []),
             f"--socket={self.socket}",
             f"--state-dir={self.state_dir}",
+            f"--park-dir={self.park_dir}",
             f"--proc-root={self.proc}",
             f"--pod-map={root / 'pods.json'}",
             f"--node-name={node}",
             f"--suspend-timeout={suspend_timeout_s}",
+            f"--control-pod-uid={control_pod_uid}",
             "--publish-interval=0.2",
             "--log-level=WARNING",
         ]

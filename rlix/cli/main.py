@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from rlix import __version__
-from rlix.cli import cluster, demo, describe, replay, simulate, top
+from rlix.cli import agent, cluster, demo, describe, replay, simulate, top
 
 EPILOG = """\
 examples:
@@ -23,6 +23,7 @@ examples:
   kubectl rlix top                        the same, as a kubectl plugin
   rlix simulate --mix small-lab           simulate RLix against the baselines
   rlix demo                               everything end to end on a local cluster
+  rlix agent suspend ns/pod --target host on a GPU node: suspend a pod in place
 
 Docs: README.md in the RLix repository.
 """
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(sub)
     demo.add_parser(sub)
     simulate.add_parser(sub)
+    agent.add_parser(sub)
     return parser
 
 

@@ -16,8 +16,9 @@ fingerprints of different kinds can never compare equal by accident.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 from typing import Any
+
+from rlix.core.digests import host_digest
 
 CHUNK_WORDS = 1 << 24  # 64 MiB of 32-bit words per step bounds the temporaries
 _MASK = (1 << 64) - 1
@@ -73,6 +74,5 @@ def _host_digest(data: Any) -> str:
     """Host memory: a real hash, read in place (no copy) through the buffer protocol."""
     n = int(data.numel())
     if n == 0:
-        return "b2b:0:"
-    raw = (ctypes.c_char * n).from_address(int(data.data_ptr()))
-    return f"b2b:{n}:{hashlib.blake2b(memoryview(raw), digest_size=16).hexdigest()}"
+        return host_digest(b"")
+    return host_digest((ctypes.c_char * n).from_address(int(data.data_ptr())))

@@ -33,7 +33,7 @@ class AgentLink:
         self,
         path: str,
         *,
-        on_request: Callable[[proto.Request], bytes],
+        on_request: Callable[[proto.Request], bytes | tuple[bytes, list[int]]],
         on_connect: Callable[[], list[tuple[str, dict[str, Any]]]],
         max_backoff_s: float = 1.0,
     ) -> None:
@@ -87,11 +87,19 @@ class AgentLink:
                 with contextlib.suppress(OSError):
                     self._sock.shutdown(socket.SHUT_RDWR)
 
-    def _send(self, line: bytes) -> None:
+    def _send(self, line: bytes, fds: list[int] | None = None) -> None:
         with self._lock:
             sock = self._sock
-        if sock is not None:
-            with self._send_lock, contextlib.suppress(OSError):
+        if sock is None:
+            return
+        with self._send_lock, contextlib.suppress(OSError):
+            if fds:
+                # The descriptors travel with the line's first bytes; the rest
+                # of a long line follows as plain data. The caller keeps (and
+                # later closes) its own copies.
+                sent = socket.send_fds(sock, [line], fds)
+                sock.sendall(line[sent:])
+            else:
                 sock.sendall(line)
 
     def _read_loop(self) -> None:
@@ -147,14 +155,17 @@ class AgentLink:
             req = self._inbox.get()
             if req is None:
                 return
+            fds: list[int] = []
             try:
                 out = self._on_request(req)
+                if isinstance(out, tuple):
+                    out, fds = out
             except proto.ProtocolError as exc:
                 out = proto.encode_error(req.id, exc.code, exc.message)
             except Exception as exc:  # report, never die: the trainer keeps running
                 log.exception("rlix: handling %s from the agent failed", req.op)
                 out = proto.encode_error(req.id, proto.E_FAILED, f"{type(exc).__name__}: {exc}")
-            self._send(out)
+            self._send(out, fds)
 
 
 def _log_failure(fut: Future[proto.Reply]) -> None:

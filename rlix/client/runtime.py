@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from rlix.client.export import Relocation
 from rlix.client.hooks import HookRegistry, OffloadHook
 from rlix.client.link import AgentLink
 from rlix.core import agent_protocol as proto
@@ -52,6 +53,7 @@ class Runtime:
         self._suspended = False
         self._parked_doc: dict[str, Any] | None = None
         self._parked_hooks: list[OffloadHook] = []
+        self._relocation: Relocation | None = None  # when the agent holds (or will hold) a copy
         self.phase_now: Phase | None = None
         self.link: AgentLink | None = None
         if socket_path:
@@ -121,26 +123,48 @@ class Runtime:
             out.append((proto.OP_PHASE, {"phase": self.phase_now.value}))
         return out
 
-    def _on_agent_request(self, req: proto.Request) -> bytes:
+    def _on_agent_request(self, req: proto.Request) -> bytes | tuple[bytes, list[int]]:
         if req.op == proto.OP_SUSPEND:
-            return proto.encode_reply(req.id, manifest=self._suspend())
+            manifest, export, fds = self._suspend(relocate=req.args.get("relocate") is True)
+            if export is None:
+                return proto.encode_reply(req.id, manifest=manifest)
+            line = proto.encode_reply(req.id, nfds=len(fds), manifest=manifest, export=export)
+            return line, fds
+        if req.op == proto.OP_RELEASE:
+            self._release()
+            return proto.encode_reply(req.id)
+        if req.op == proto.OP_REGROW:
+            export, fds = self._regrow()
+            return proto.encode_reply(req.id, nfds=len(fds), export=export), fds
         if req.op == proto.OP_RESUME:
             return proto.encode_reply(req.id, checksums=self._resume(req.args.get("manifest")))
         raise proto.ProtocolError(proto.E_UNKNOWN_OP, f"client does not handle {req.op!r}")
 
-    def _suspend(self) -> dict[str, Any]:
+    def _suspend(
+        self, *, relocate: bool
+    ) -> tuple[dict[str, Any], dict[str, Any] | None, list[int]]:
         hooks = self.hooks.hooks()
         if not hooks:
             raise proto.ProtocolError(proto.E_UNSUPPORTED, "no offload hooks registered")
         with self._cv:
             if self._suspended:
+                # A repeated request (the agent restarted): the same answer.
                 assert self._parked_doc is not None
-                return self._parked_doc  # a repeated request (agent restarted): same answer
+                return self._parked_doc, None, []
             self._suspend_requested = True
             self._cv.wait_for(lambda: self._active == 0)
         entries: list[dict[str, Any]] = []
         done: list[OffloadHook] = []
+        relocation: Relocation | None = None
+        export: dict[str, Any] | None = None
+        fds: list[int] = []
+        movable = [h for h in hooks if relocate and getattr(h, "relocatable", False)]
         try:
+            if movable:
+                relocation = Relocation(movable)
+                moved, export, fds = relocation.export()
+                entries += moved
+                hooks = [h for h in hooks if h not in movable]
             for hook in hooks:
                 for name, (nbytes, checksum) in hook.offload().items():
                     key = f"{hook.name}/{name}"
@@ -149,37 +173,85 @@ class Runtime:
         except BaseException:
             for hook in done:  # undo, so a failed suspend leaves a working process
                 hook.restore()
+            if relocation is not None:
+                relocation.done()  # nothing was freed yet: just forget the export
             with self._cv:
                 self._suspend_requested = False
                 self._cv.notify_all()
             raise
-        doc = {"where": "host", "entries": entries}
+        doc: dict[str, Any] = {"where": "host", "entries": entries}
+        if relocation is not None:
+            doc.update(where="exported", size=relocation.size)
         with self._cv:
             self._parked_hooks = done
             self._parked_doc = doc
+            self._relocation = relocation
             self._suspended = True
             self._suspend_requested = False
-        return doc
+        return doc, export, fds
+
+    def _relocation_now(self, op: str) -> Relocation:
+        with self._cv:
+            if not self._suspended or self._relocation is None:
+                raise proto.ProtocolError(
+                    proto.E_CONFLICT, f"{op!r}: this process has no relocated memory"
+                )
+            return self._relocation
+
+    def _release(self) -> None:
+        relocation = self._relocation_now(proto.OP_RELEASE)
+        try:
+            relocation.release()
+        except ValueError as exc:
+            raise proto.ProtocolError(proto.E_CONFLICT, str(exc)) from None
+        with self._cv:
+            assert self._parked_doc is not None
+            self._parked_doc = {**self._parked_doc, "where": "relocated"}
+
+    def _regrow(self) -> tuple[dict[str, Any] | None, list[int]]:
+        relocation = self._relocation_now(proto.OP_REGROW)
+        try:
+            return relocation.regrow()
+        except ValueError as exc:
+            raise proto.ProtocolError(proto.E_CONFLICT, str(exc)) from None
 
     def _resume(self, manifest: Any) -> dict[str, str]:
         with self._cv:
             if not self._suspended or self._parked_doc is None:
                 raise proto.ProtocolError(proto.E_CONFLICT, "this process is not suspended")
-            expected = {e["name"] for e in self._parked_doc["entries"]}
+            recorded = {e["name"]: e["checksum"] for e in self._parked_doc["entries"]}
         if isinstance(manifest, dict):
             theirs = {e.get("name") for e in manifest.get("entries", []) if isinstance(e, dict)}
-            if theirs != expected:
+            if theirs != set(recorded):
                 raise proto.ProtocolError(
                     proto.E_CONFLICT,
-                    f"resume manifest names {sorted(map(str, theirs))}, parked {sorted(expected)}",
+                    f"resume manifest names {sorted(map(str, theirs))}, parked {sorted(recorded)}",
                 )
         checksums: dict[str, str] = {}
+        if self._relocation is not None:
+            try:
+                checksums.update(self._relocation.finish())
+            except ValueError as exc:
+                raise proto.ProtocolError(proto.E_CONFLICT, str(exc)) from None
         for hook in self._parked_hooks:
             for name, checksum in hook.restore().items():
                 checksums[f"{hook.name}/{name}"] = checksum
+        self._parked_hooks = []
+        # Checked here too, not only by the agent: the trainer must not run on
+        # memory that did not come back intact, so it stays suspended.
+        bad = sorted(n for n, c in recorded.items() if checksums.get(n) != c)
+        if bad:
+            log.error("rlix: restored memory differs from what was parked: %s", bad)
+            raise proto.ProtocolError(
+                proto.E_FAILED,
+                f"integrity check failed: mismatched {bad}; this process stays suspended "
+                "rather than train on memory that did not come back bit for bit",
+            )
+        if self._relocation is not None:
+            self._relocation.done()
         with self._cv:
             self._suspended = False
             self._parked_doc = None
-            self._parked_hooks = []
+            self._relocation = None
             self._cv.notify_all()
         return checksums

@@ -83,7 +83,14 @@ def _byte_view(storage: Any, torch: Any) -> Any:
 
 
 class TorchOffload:
-    """The offload hook for torch modules and optimizers (``rlix.register_torch``)."""
+    """The offload hook for torch modules and optimizers (``rlix.register_torch``).
+
+    It parks in its own pool (``offload``/``restore``) or, when the agent
+    relocates the pod, exports its storages for the agent to copy
+    (``export_views``, ``free_exported``, ``regrow``, ``finish_import``).
+    """
+
+    relocatable = True
 
     def __init__(
         self,
@@ -105,6 +112,8 @@ class TorchOffload:
         self._pool = pool or PinnedPool()
         # Storages parked by the last offload: (key, storage, host copy, nbytes).
         self._parked: list[tuple[str, Any, Any, int]] = []
+        # Storages handed to the agent by the last export: (key, storage, nbytes).
+        self._exported: list[tuple[str, Any, int]] = []
         size = self.live_bytes() if reserve_bytes is None else reserve_bytes
         self._pool.reserve(size)
 
@@ -182,3 +191,39 @@ class TorchOffload:
         self._parked = []
         self._pool.reset()
         return restored
+
+    # -- relocation (the agent holds the copy; see rlix.client.export) ---------
+    def export_views(self) -> list[tuple[str, Any]]:
+        """Each storage as a flat byte view, to be copied by the agent; the
+        memory stays in place until :meth:`free_exported`."""
+        if self._parked or self._exported:
+            raise RuntimeError(f"hook {self.name!r} is already parked")
+        self._exported = [(key, st, st.nbytes()) for key, st in self._storages()]
+        return [(key, _byte_view(st, self._torch)) for key, st, _ in self._exported]
+
+    def free_exported(self) -> None:
+        torch = self._torch
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        for _, storage, _ in self._exported:
+            storage.resize_(0)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the agent has closed its handles: return the blocks
+
+    def regrow(self) -> list[tuple[str, Any]]:
+        """Reallocate every exported storage (contents undefined until filled)."""
+        for _, storage, n in self._exported:
+            if storage.nbytes() != n:
+                storage.resize_(n)
+        return [(key, _byte_view(st, self._torch)) for key, st, _ in self._exported]
+
+    def finish_import(self) -> Restored:
+        """The storages hold their bytes again: fingerprint them."""
+        torch = self._torch
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return {key: fingerprint(_byte_view(st, torch)) for key, st, _ in self._exported}
+
+    def cancel_export(self) -> None:
+        """Forget the export (restored and verified, or never released)."""
+        self._exported = []

@@ -25,6 +25,15 @@ BAD = [
     ),
     ("reply-no-ok", b'{"v":1,"re":5}\n', proto.E_MALFORMED, "boolean 'ok'"),
     ("error-no-body", b'{"v":1,"re":5,"ok":false}\n', proto.E_MALFORMED, "'error' object"),
+    ("fds-not-int", b'{"v":1,"id":6,"op":"status","fds":"1"}\n', proto.E_MALFORMED, "'fds'"),
+    ("fds-too-many", b'{"v":1,"re":6,"ok":true,"fds":9}\n', proto.E_MALFORMED, "[0, 8]"),
+    ("fds-negative", b'{"v":1,"re":6,"ok":true,"fds":-1}\n', proto.E_MALFORMED, "'fds'"),
+    (
+        "relocate-on-resume",
+        b'{"v":1,"id":7,"op":"resume-pod","pod_uid":"u","target":"host"}\n',
+        proto.E_BAD_FIELD,
+        "does not take ['target']",
+    ),
 ]
 
 
@@ -72,3 +81,28 @@ def test_field_validators() -> None:
         proto.require_number(req, "memory_mib", low=0, high=8)
     with pytest.raises(proto.ProtocolError, match="non-empty string 'phase'"):
         proto.require_str(req, "phase")
+
+
+def test_descriptor_counts_travel_in_the_envelope_not_the_body() -> None:
+    req = proto.decode(proto.encode_request(3, proto.OP_SUSPEND, nfds=0, relocate=True))
+    assert isinstance(req, proto.Request)
+    assert req.nfds == 0 and dict(req.args) == {"relocate": True}
+    rep = proto.decode(proto.encode_reply(3, nfds=1, manifest={}, export={}))
+    assert isinstance(rep, proto.Reply)
+    assert rep.nfds == 1 and "fds" not in rep.body
+    assert rep.fds == ()  # the reader attaches the descriptors themselves
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [(None, "self"), ("self", "self"), ("host", "host"), ("gpu:0", "gpu:0"), ("gpu:07", "gpu:7")],
+)
+def test_suspend_targets(value: object, parsed: str) -> None:
+    assert proto.parse_target(value) == parsed
+
+
+@pytest.mark.parametrize("value", ["", "gpu", "gpu:", "gpu:x", "gpu:-1", "gpu:1024", "disk", 1])
+def test_bad_suspend_targets_say_what_is_allowed(value: object) -> None:
+    with pytest.raises(proto.ProtocolError, match="'target' must be 'self'") as err:
+        proto.parse_target(value)
+    assert err.value.code == proto.E_BAD_FIELD

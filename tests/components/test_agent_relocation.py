@@ -1,30 +1,324 @@
-"""The relocation copy engine on CPU tensors (the CUDA IPC path runs in gpu-check)."""
+"""Relocation through the agent's protocol, with real agent and trainer processes.
+
+The trainer's CPU tensors stand in for device memory and a sealed memfd for the
+CUDA IPC handle (the device path runs in ``hack/gpu-check.py``). What must hold
+here is what must hold on a GPU: the pod's process keeps nothing while
+relocated, the agent's park file outlives the agent, the bytes come back bit
+for bit, and a descriptor a pod hands in is never trusted.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-torch = pytest.importorskip("torch")
+from rlix.agent.testing import AgentProcess
+from rlix.core import agent_protocol as proto
+from tests.components.test_client_suspend_resume import POD, UID, Trainer, wait_connected
 
-from rlix.agent.relocation import Relocator  # noqa: E402
-
-
-def test_park_to_host_and_back_is_exact() -> None:
-    src = [torch.randn(1000), torch.randint(0, 9, (7, 3))]
-    relocator = Relocator()
-    parked = relocator.park(src, "host")
-    assert all(p.data_ptr() != s.data_ptr() for p, s in zip(parked, src, strict=True))
-    fresh = [torch.empty_like(s) for s in src]
-    relocator.unpark(parked, fresh)
-    assert all(torch.equal(a, b) for a, b in zip(src, fresh, strict=True))
+pytest.importorskip("torch")
 
 
-def test_bad_targets_and_mismatched_destinations_are_refused() -> None:
-    relocator = Relocator()
-    with pytest.raises(ValueError, match="'host' or 'cuda:<index>'"):
-        relocator.park([torch.zeros(1)], "gpu1")
-    parked = relocator.park([torch.zeros(4)], "host")
-    with pytest.raises(ValueError, match="1 parked buffers, 2 destinations"):
-        relocator.unpark(parked, [torch.zeros(4), torch.zeros(4)])
-    with pytest.raises(ValueError, match="shape/dtype mismatch"):
-        relocator.unpark(parked, [torch.zeros(5)])
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[AgentProcess]:
+    a = AgentProcess(tmp_path, pods={UID: POD}, suspend_timeout_s=10.0)
+    with a:
+        yield a
+
+
+@pytest.fixture
+def trainer(agent: AgentProcess) -> Iterator[Trainer]:
+    t = Trainer(agent, UID)
+    try:
+        wait_connected(agent, t.proc.pid)
+        yield t
+    finally:
+        t.close()
+
+
+def park_file(agent: AgentProcess, pid: int) -> Path:
+    return agent.park_dir / UID / f"{pid}.park"
+
+
+def memfds(pid: int) -> list[str]:
+    """The memfds a process holds open (its exports)."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    out = []
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("/memfd:rlix"):
+            out.append(target)
+    return out
+
+
+def test_relocated_to_host_the_process_keeps_nothing_and_gets_it_back_bit_for_bit(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    pid = trainer.proc.pid
+    before = trainer.ready["digest"]
+    reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host")
+    assert reply.ok, (reply, agent.log_text())
+    assert reply.body["parked"] == {str(pid): "relocated-host"}
+    assert trainer.ask("live")["live"] == 0  # every storage freed
+    assert memfds(pid) == []  # and no export left open: the agent holds the only copy
+    record = agent.control(proto.OP_STATUS).body["suspended"][UID][str(pid)]
+    assert record["where"] == "relocated-host"
+    assert park_file(agent, pid).stat().st_size == record["size"]
+    assert record["size"] >= trainer.ready["live"]
+
+    reply = agent.control(proto.OP_RESUME_POD, pod_uid=UID)
+    assert reply.ok, (reply, agent.log_text())
+    assert trainer.ask("live")["live"] == trainer.ready["live"]
+    assert trainer.ask("digest")["digest"] == before
+    assert not park_file(agent, pid).exists()
+    assert not (agent.park_dir / UID).exists()
+    assert memfds(pid) == []
+    assert trainer.ask("train")["digest"] != before  # training goes on
+
+
+def test_relocated_to_another_gpu_moves_the_memory_in_the_published_state(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    before = trainer.ready["digest"]
+
+    def used(gpu: int) -> int:
+        return int(agent.control(proto.OP_STATUS).body["gpus"][gpu]["usedMiB"])
+
+    assert used(1) == 0
+    reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="gpu:1")
+    assert reply.ok, (reply, agent.log_text())
+    assert reply.body["parked"] == {str(trainer.proc.pid): "relocated-gpu:1"}
+    assert used(1) >= 1  # the simulated GPU 1 holds the copy
+    assert park_file(agent, trainer.proc.pid).exists()  # and host memory backs it
+    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
+    assert used(1) == 0
+    assert trainer.ask("digest")["digest"] == before
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("gpu:7", "this node has 2 GPUs"),
+        ("disk", "'target' must be 'self'"),
+        ("gpu:-1", "'target' must be 'self'"),
+        (3, "'target' must be 'self'"),
+    ],
+)
+def test_bad_targets_are_refused_before_anything_moves(
+    agent: AgentProcess, trainer: Trainer, target: Any, message: str
+) -> None:
+    reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target=target)
+    assert reply.error_code == proto.E_BAD_FIELD
+    assert message in (reply.error_message or "")
+    assert trainer.ask("connected")["suspended"] is False
+    assert trainer.ask("live")["live"] == trainer.ready["live"]
+
+
+def test_agent_sigkilled_while_relocated_resumes_from_the_park_file(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    pid = trainer.proc.pid
+    before = trainer.ready["digest"]
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="gpu:0").ok
+    agent.kill(signal.SIGKILL)
+    # The process holds nothing; the bytes are in a file the dead agent left.
+    assert trainer.ask("live")["live"] == 0
+    assert park_file(agent, pid).exists()
+    agent.start()
+    wait_connected(agent, pid)
+    reply = agent.control(proto.OP_RESUME_POD, pod_uid=UID)
+    assert reply.ok, (reply, agent.log_text())
+    assert trainer.ask("digest")["digest"] == before
+    assert not park_file(agent, pid).exists()
+
+
+def test_a_wiped_state_dir_adopts_a_relocated_process_when_its_park_file_is_there(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    pid = trainer.proc.pid
+    before = trainer.ready["digest"]
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host").ok
+    agent.kill(signal.SIGKILL)
+    for record in (agent.state_dir / "suspended").glob("*.json"):
+        record.unlink()
+    agent.start()
+    wait_connected(agent, pid)
+    deadline = time.monotonic() + 10
+    while UID not in agent.control(proto.OP_STATUS).body["suspended"]:
+        assert time.monotonic() < deadline, agent.log_text()
+        time.sleep(0.05)
+    where = agent.control(proto.OP_STATUS).body["suspended"][UID][str(pid)]["where"]
+    assert where == "relocated-host"
+    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
+    assert trainer.ask("digest")["digest"] == before
+
+
+def test_a_corrupted_park_file_is_caught_on_resume_and_kept(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    pid = trainer.proc.pid
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host").ok
+    path = park_file(agent, pid)
+    with path.open("r+b") as f:  # one flipped bit in the first parked tensor
+        first = f.read(1)[0]
+        f.seek(0)
+        f.write(bytes([first ^ 0x01]))
+    reply = agent.control(proto.OP_RESUME_POD, pod_uid=UID)
+    assert reply.error_code == proto.E_FAILED
+    message = reply.error_message or ""
+    assert "integrity check failed" in message
+    assert "torch/m0.0.weight" in message
+    assert path.exists()  # the evidence stays, and so does the record
+    assert UID in agent.control(proto.OP_STATUS).body["suspended"]
+    # The trainer refused it too: it stays suspended instead of training on it.
+    assert "stays suspended" in message
+    assert trainer.ask("connected")["suspended"] is True
+    trainer.say("train")
+    assert trainer.silent_for(0.5)
+
+
+# A hand-written client that answers a relocating suspend with a bad export.
+RAW_CLIENT = r"""
+import fcntl, json, os, socket, sys
+mode, path = sys.argv[1], sys.argv[2]
+sys.stdin.readline()  # wait until the test has put this PID in a pod
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(path)
+s.sendall(json.dumps({"v": 1, "id": 1, "op": "hello", "hooks": ["raw"]}).encode() + b"\n")
+print("ready", flush=True)
+
+def export_fd():
+    if mode == "pipe":
+        return os.pipe()[0]
+    if mode == "file":
+        return os.open(sys.executable, os.O_RDONLY)
+    fd = os.memfd_create("rlix-export", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, 4096 if mode != "short" else 100)
+    if mode != "unsealed":
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    return fd
+
+for line in s.makefile("rb"):
+    msg = json.loads(line)
+    if "re" in msg:
+        continue
+    if msg["op"] == "suspend":
+        entry = {"name": "raw/x", "nbytes": 16, "checksum": "b2b:16:00", "offset": 0}
+        manifest = {"where": "exported", "size": 4096, "entries": [entry]}
+        export = {"size": 4096, "memfd": {"fd": 0}, "cuda": []}
+        reply = {"v": 1, "re": msg["id"], "ok": True, "fds": 1, "manifest": manifest,
+                 "export": export}
+        data = json.dumps(reply).encode() + b"\n"
+        if mode == "none":
+            s.sendall(data)
+        else:
+            socket.send_fds(s, [data], [export_fd()])
+    elif msg["op"] == "resume":
+        print("resumed", flush=True)
+        s.sendall(json.dumps({"v": 1, "re": msg["id"], "ok": True, "checksums": {}}).encode()
+                  + b"\n")
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("pipe", "not a regular file"),
+        ("file", "not a memfd"),
+        ("unsealed", "must be sealed against shrinking and growing"),
+        ("short", "holds 100 bytes, 4096 announced"),
+        ("none", "announced 1 file descriptors, 0 arrived"),
+    ],
+)
+def test_an_untrustworthy_export_is_refused_and_the_process_resumed_in_place(
+    agent: AgentProcess, mode: str, message: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RAW_CLIENT, mode, str(agent.socket)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        agent.put_in_pod(proc.pid, UID)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ready"
+        wait_connected(agent, proc.pid)
+        reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host")
+        assert reply.error_code == proto.E_FAILED, reply
+        assert message in (reply.error_message or ""), reply.error_message
+        if mode != "none":  # an unusable reply never parked anything to undo
+            assert "resumed in place" in (reply.error_message or "")
+            assert proc.stdout.readline().strip() == "resumed"
+        assert not (agent.park_dir / UID).exists()
+        assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
+    finally:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_a_client_op_carrying_descriptors_is_refused(agent: AgentProcess) -> None:
+    code = (
+        "import json, os, socket, sys\n"
+        "sys.stdin.readline()\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect(sys.argv[1])\n"
+        "line = json.dumps({'v': 1, 'id': 5, 'op': 'phase', 'phase': 'rollout', 'fds': 1})\n"
+        "socket.send_fds(s, [line.encode() + b'\\n'], [os.pipe()[0]])\n"
+        "print(s.makefile('rb').readline().decode().strip(), flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(agent.socket)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        agent.put_in_pod(proc.pid, UID)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        reply = json.loads(proc.stdout.readline())
+        assert reply["re"] == 5 and reply["ok"] is False
+        assert reply["error"]["code"] == proto.E_BAD_FIELD
+        assert "takes no file descriptors" in reply["error"]["message"]
+    finally:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_a_process_that_dies_while_relocated_has_its_park_file_released(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    pid = trainer.proc.pid
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="gpu:1").ok
+    assert park_file(agent, pid).exists()
+    assert agent.control(proto.OP_STATUS).body["gpus"][1]["usedMiB"] >= 1
+    trainer.close()  # SIGKILL: nobody will ever resume it
+    deadline = time.monotonic() + 20
+    while UID in agent.control(proto.OP_STATUS).body["suspended"]:
+        assert time.monotonic() < deadline, agent.log_text()
+        time.sleep(0.1)
+    assert not park_file(agent, pid).exists()
+    assert agent.control(proto.OP_STATUS).body["gpus"][1]["usedMiB"] == 0
+    assert f"pid {pid} of {POD} exited while suspended" in agent.log_text()
+    assert not (agent.state_dir / "suspended" / f"{UID}.json").exists()
