@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import ssl
@@ -29,25 +30,52 @@ def spawn_detached(argv: list[str], *, log: Path) -> int:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports. Asking ``free_port`` repeatedly can return the
-    same number twice (each socket is closed before the next bind), so all are
-    held open together until every one is chosen."""
-    sockets = []
+    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now.
+
+    Why not ``bind(0)``: the kernel then picks from the ephemeral range, the same
+    range every outgoing connection takes its source port from. Between our
+    choice and the component's own bind, any of the session's many client
+    connections (to etcd, the API server) could take the port; CI saw exactly
+    that ("address already in use" for the extender). Ports below the ephemeral
+    range are never handed out that way. All candidates are held open together
+    until every one is chosen, so no number is returned twice.
+    """
+    low, _ = _ephemeral_range()
+    span = range(_FIRST_PORT, max(low, _FIRST_PORT + 1000))
+    rng = random.Random()
+    sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        for port in rng.sample(span, len(span)):
+            if len(sockets) == count:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
-            s.bind(("127.0.0.1", 0))
+        if len(sockets) < count:
+            raise RuntimeError(f"only {len(sockets)} of {count} free ports below {span.stop}")
         return [int(s.getsockname()[1]) for s in sockets]
     finally:
         for s in sockets:
             s.close()
+
+
+_FIRST_PORT = 20000  # above the well-known and most registered service ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def port_in_use(port: int) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from rlix.core import names
@@ -53,3 +55,25 @@ def test_free_ports_are_distinct() -> None:
     ports = processes.free_ports(16)
     assert len(set(ports)) == 16
     assert not any(processes.port_in_use(p) for p in ports)
+
+
+def test_free_ports_stay_out_of_the_ephemeral_range() -> None:
+    """Outgoing connections take source ports from the ephemeral range; a port
+    chosen there can be taken before the component binds it (seen in CI)."""
+    low, _ = processes._ephemeral_range()
+    ports = processes.free_ports(64)
+    assert all(20000 <= p < max(low, 21000) for p in ports)
+
+
+def test_a_taken_port_is_never_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = processes.free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        # A span of 1,000 ports starting at the taken one: 990 of them must not
+        # include it (and asking for all 1,000 says how many were free).
+        monkeypatch.setattr(processes, "_FIRST_PORT", port)
+        monkeypatch.setattr(processes, "_ephemeral_range", lambda: (port + 1000, 65535))
+        assert port not in processes.free_ports(990)
+        with pytest.raises(RuntimeError, match=r"only \d+ of 1000 free ports"):
+            processes.free_ports(1000)
