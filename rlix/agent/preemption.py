@@ -259,10 +259,12 @@ class Preemption:
         """
         pod = conn.caller.pod
         assert pod is not None
-        manifest = manifest_from_doc(reply.body.get("manifest"))
+        raw_manifest = reply.body.get("manifest")
         export = reply.body["export"]
         owner = f"{pod.uid}/{conn.pid}"
+        manifest: Manifest | None = None
         try:
+            manifest = manifest_from_doc(raw_manifest)
             if not isinstance(export, dict) or not isinstance(export.get("cuda", []), list):
                 raise ExportError("'export' must be an object with a 'cuda' list")
             size = manifest.size or 0
@@ -291,7 +293,7 @@ class Preemption:
         except (ExportError, RelocationUnsupportedError, OSError, ValueError, KeyError) as exc:
             self._parks.delete(pod.uid, conn.pid)
             self._relocator.drop(owner)
-            self._undo_export(conn, manifest)
+            self._undo_export(conn, raw_manifest)
             raise proto.ProtocolError(
                 proto.E_FAILED, f"relocation to {target} failed, resumed in place: {exc}"
             ) from None
@@ -305,7 +307,7 @@ class Preemption:
         if not answer.ok:
             log.warning("pid %d refused release: %s", conn.pid, answer.error_message)
 
-    def _undo_export(self, conn: Connection, manifest: Manifest) -> None:
+    def _undo_export(self, conn: Connection, manifest: Any) -> None:
         """Relocation failed before release: the process resumes with its own memory."""
         with self._lock:
             rec = self.suspended.get(conn.caller.pod.uid) if conn.caller.pod else None
@@ -317,7 +319,8 @@ class Preemption:
                     self._store.delete(rec.uid)
                     self.suspended.pop(rec.uid, None)
         self._backend.set_parked(frozenset({conn.pid}), False)
-        fut = conn.request(proto.OP_RESUME, manifest=manifest.to_doc())
+        # The process's own (unvalidated) manifest: it is only echoed back to it.
+        fut = conn.request(proto.OP_RESUME, manifest=manifest)
         try:
             fut.result(timeout=self._timeout_s)
         except Exception as exc:

@@ -215,7 +215,8 @@ for line in s.makefile("rb"):
     if "re" in msg:
         continue
     if msg["op"] == "suspend":
-        entry = {"name": "raw/x", "nbytes": 16, "checksum": "b2b:16:00", "offset": 0}
+        entry = {"name": "raw/x", "nbytes": 16, "checksum": "b2b:16:00",
+                 "offset": 8192 if mode == "outside" else 0}
         manifest = {"where": "exported", "size": 4096, "entries": [entry]}
         export = {"size": 4096, "memfd": {"fd": 0}, "cuda": []}
         reply = {"v": 1, "re": msg["id"], "ok": True, "fds": 1, "manifest": manifest,
@@ -240,6 +241,7 @@ for line in s.makefile("rb"):
         ("unsealed", "must be sealed against shrinking and growing"),
         ("short", "holds 100 bytes, 4096 announced"),
         ("none", "announced 1 file descriptors, 0 arrived"),
+        ("outside", "(raw/x) lies outside the 4096-byte export"),
     ],
 )
 def test_an_untrustworthy_export_is_refused_and_the_process_resumed_in_place(
