@@ -57,6 +57,7 @@ class AgentProcess:
         backend: str = "simulated",
         park_dir: Path | None = None,
         control_pod_uid: str = "",
+        kubeconfig: Path | None = None,
     ) -> None:
         self.root = root
         self.proc = root / "proc"
@@ -68,15 +69,21 @@ class AgentProcess:
         # backend="nvml" runs the real-GPU agent (hack/gpu-check.py); only the
         # proc tree that maps PIDs to pods is still the harness's.
         sim = [f"--sim-gpus={sim_gpus}", f"--sim-gpu-memory-mib={sim_gpu_memory_mib}"]
+        # With a kubeconfig the agent names pods and publishes through that API
+        # server (the e2e tier); without one, --pod-map and published.jsonl.
+        kube = (
+            [f"--kubeconfig={kubeconfig}"]
+            if kubeconfig is not None
+            else ["--no-kube", f"--pod-map={root / 'pods.json'}"]
+        )
         self._args = [
-            "--no-kube",
+            *kube,
             f"--backend={backend}",
             *(sim if backend == "simulated" else []),
             f"--socket={self.socket}",
             f"--state-dir={self.state_dir}",
             f"--park-dir={self.park_dir}",
             f"--proc-root={self.proc}",
-            f"--pod-map={root / 'pods.json'}",
             f"--node-name={node}",
             f"--suspend-timeout={suspend_timeout_s}",
             f"--control-pod-uid={control_pod_uid}",

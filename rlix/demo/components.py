@@ -132,6 +132,8 @@ class Components:
                 str(socket),
                 "--state-dir",
                 str(self.workdir / "state" / node),
+                "--park-dir",
+                str(self.workdir / "parked" / node),
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--proc-root",

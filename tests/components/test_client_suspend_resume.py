@@ -138,11 +138,11 @@ class Trainer:
                 pipe.close()
 
 
-def wait_connected(agent: AgentProcess, pid: int, timeout: float = 20.0) -> None:
+def wait_connected(agent: AgentProcess, pid: int, timeout: float = 20.0, uid: str = UID) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = agent.control(proto.OP_STATUS).body
-        hooks = status["connected"].get(UID, {}).get(str(pid))
+        hooks = status["connected"].get(uid, {}).get(str(pid))
         if hooks:  # connected and announced its hooks
             return
         time.sleep(0.05)
