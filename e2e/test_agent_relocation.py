@@ -19,7 +19,7 @@ from rlix.agent.testing import AgentProcess
 from rlix.cli.main import main as rlix
 from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_SUSPENDED
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
-from tests.components.test_client_suspend_resume import Trainer, wait_connected
+from tests.components.pod_processes import Trainer, wait_connected
 
 pytest.importorskip("torch")
 

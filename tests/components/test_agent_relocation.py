@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,14 @@ import pytest
 
 from rlix.agent.testing import AgentProcess
 from rlix.core import agent_protocol as proto
-from tests.components.test_client_suspend_resume import POD, UID, Trainer, wait_connected
+from tests.components.pod_processes import (
+    POD,
+    UID,
+    Trainer,
+    connected_trainer,
+    pod_process,
+    wait_connected,
+)
 
 pytest.importorskip("torch")
 
@@ -37,12 +42,8 @@ def agent(tmp_path: Path) -> Iterator[AgentProcess]:
 
 @pytest.fixture
 def trainer(agent: AgentProcess) -> Iterator[Trainer]:
-    t = Trainer(agent, UID)
-    try:
-        wait_connected(agent, t.proc.pid)
+    with connected_trainer(agent) as t:
         yield t
-    finally:
-        t.close()
 
 
 def park_file(agent: AgentProcess, pid: int) -> Path:
@@ -247,17 +248,8 @@ for line in s.makefile("rb"):
 def test_an_untrustworthy_export_is_refused_and_the_process_resumed_in_place(
     agent: AgentProcess, mode: str, message: str
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", RAW_CLIENT, mode, str(agent.socket)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        agent.put_in_pod(proc.pid, UID)
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+    with pod_process(agent, RAW_CLIENT, mode, str(agent.socket)) as proc:
+        assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         wait_connected(agent, proc.pid)
         reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host")
@@ -268,12 +260,6 @@ def test_an_untrustworthy_export_is_refused_and_the_process_resumed_in_place(
             assert proc.stdout.readline().strip() == "resumed"
         assert not (agent.park_dir / UID).exists()
         assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
-    finally:
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
 
 
 def test_a_client_op_carrying_descriptors_is_refused(agent: AgentProcess) -> None:
@@ -285,27 +271,12 @@ def test_a_client_op_carrying_descriptors_is_refused(agent: AgentProcess) -> Non
         "socket.send_fds(s, [line.encode() + b'\\n'], [os.pipe()[0]])\n"
         "print(s.makefile('rb').readline().decode().strip(), flush=True)\n"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(agent.socket)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        agent.put_in_pod(proc.pid, UID)
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+    with pod_process(agent, code, str(agent.socket)) as proc:
+        assert proc.stdout is not None
         reply = json.loads(proc.stdout.readline())
         assert reply["re"] == 5 and reply["ok"] is False
         assert reply["error"]["code"] == proto.E_BAD_FIELD
         assert "takes no file descriptors" in reply["error"]["message"]
-    finally:
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
 
 
 def test_a_process_that_dies_while_relocated_has_its_park_file_released(

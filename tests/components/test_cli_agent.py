@@ -14,7 +14,7 @@ import pytest
 
 from rlix.agent.testing import AgentProcess
 from rlix.cli.main import main
-from tests.components.test_client_suspend_resume import POD, UID, Trainer, wait_connected
+from tests.components.pod_processes import POD, UID, Trainer, wait_connected
 
 pytest.importorskip("torch")
 

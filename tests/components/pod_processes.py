@@ -1,0 +1,185 @@
+"""Real trainer processes for the agent and client tests: the pod side.
+
+A trainer is a real Python process (``import rlix``) whose PID the test puts
+"in a pod" through the agent harness's fake proc tree; everything else (the
+socket, peer credentials, the client library) is the real thing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from rlix.agent.testing import AgentProcess
+from rlix.core import agent_protocol as proto
+
+UID = "dddddddd-0000-4000-8000-000000000004"
+POD = "team-a/trainer-0"
+
+TRAINER = r"""
+import ctypes, hashlib, json, sys
+import torch
+import rlix
+
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+
+def tensors():
+    ts = [p for p in model.parameters()] + [p.grad for p in model.parameters()]
+    for st in opt.state.values():
+        ts += [v for v in st.values() if isinstance(v, torch.Tensor)]
+    return ts
+
+def digest():
+    h = hashlib.sha256()
+    for t in tensors():
+        h.update(ctypes.string_at(t.data_ptr(), t.nbytes))
+    return h.hexdigest()
+
+def live_bytes():
+    return sum(t.untyped_storage().nbytes() for t in tensors())
+
+def step():
+    opt.zero_grad()
+    model(torch.randn(32, 256, generator=gen)).pow(2).mean().backward()
+    opt.step()
+
+torch.manual_seed(0)
+gen = torch.Generator().manual_seed(1)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+step()  # so the optimizer has state worth parking
+sys.stdin.readline()  # wait until the test has put this PID in a pod
+rlix.register_torch(modules=[model], optimizers=[opt])
+out(event="ready", digest=digest(), live=live_bytes())
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "live":
+        out(event="live", live=live_bytes())
+    elif cmd == "digest":
+        out(event="digest", digest=digest())
+    elif cmd == "connected":
+        out(event="connected", connected=rlix.agent_connected(), suspended=rlix.suspended())
+    elif cmd.startswith("phase "):
+        with rlix.phase(cmd.split()[1]):
+            out(event="in-phase", digest=digest())
+    elif cmd == "train":
+        with rlix.phase("training"):
+            step()
+        out(event="trained", digest=digest())
+"""
+
+
+class Trainer:
+    def __init__(self, agent: AgentProcess, uid: str) -> None:
+        env = {**os.environ, "RLIX_AGENT_SOCKET": str(agent.socket)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", TRAINER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            agent.put_in_pod(self.proc.pid, uid)
+            self.say("go")
+            self.ready = self.read()
+        except BaseException:
+            self.close()
+            raise
+        assert self.ready["event"] == "ready"
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float = 60.0) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        import select
+
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError("trainer said nothing")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise EOFError(f"trainer exited with {self.proc.wait()}")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def ask(self, cmd: str) -> dict[str, Any]:
+        self.say(cmd)
+        return self.read()
+
+    def silent_for(self, seconds: float) -> bool:
+        import select
+
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], seconds)
+        return not ready
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def wait_connected(agent: AgentProcess, pid: int, timeout: float = 20.0, uid: str = UID) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = agent.control(proto.OP_STATUS).body
+        hooks = status["connected"].get(uid, {}).get(str(pid))
+        if hooks:  # connected and announced its hooks
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"pid {pid} never connected: {agent.log_text()}")
+
+
+@contextlib.contextmanager
+def pod_process(
+    agent: AgentProcess, code: str, *argv: str, uid: str = UID
+) -> Iterator[subprocess.Popen[str]]:
+    """Run ``python -c code *argv`` as a process of pod ``uid``.
+
+    The program reads one line before it starts talking to the agent: it is
+    sent once the PID is in the pod, so the agent identifies it as such.
+    """
+    env = {**os.environ, "RLIX_AGENT_SOCKET": str(agent.socket)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        agent.put_in_pod(proc.pid, uid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@contextlib.contextmanager
+def connected_trainer(agent: AgentProcess, uid: str = UID) -> Iterator[Trainer]:
+    """A trainer that has connected and announced its hooks."""
+    t = Trainer(agent, uid)
+    try:
+        wait_connected(agent, t.proc.pid, uid=uid)
+        yield t
+    finally:
+        t.close()
