@@ -17,7 +17,13 @@ import pytest
 from e2e.kube import apply, get_json, pod, wait_for
 from rlix.agent.testing import AgentProcess
 from rlix.cli.main import main as rlix
-from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_SUSPENDED
+from rlix.core.names import (
+    ANNOTATION_NODE_GPUS,
+    ANNOTATION_PHASE,
+    ANNOTATION_SUSPENDED,
+    NODE_LABEL_GPU_COUNT,
+    NODE_LABEL_GPU_MEMORY_MIB,
+)
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
 from tests.components.pod_processes import Trainer, wait_connected
 
@@ -26,10 +32,11 @@ pytest.importorskip("torch")
 Cluster = DevCluster | ExistingCluster
 
 
-def gpu_node(cluster: Cluster) -> str:
+def gpu_node(cluster: Cluster) -> dict[str, Any]:
+    """The last GPU node: the session's other tests place on the first ones."""
     nodes = get_json(cluster, "nodes", "-l", "nvidia.com/gpu.present=true")["items"]
     assert nodes, "the cluster has no GPU node"
-    return str(nodes[0]["metadata"]["name"])
+    return dict(sorted(nodes, key=lambda n: n["metadata"]["name"])[-1])
 
 
 def annotations(cluster: Cluster, *args: str) -> dict[str, Any]:
@@ -40,53 +47,71 @@ def annotations(cluster: Cluster, *args: str) -> dict[str, Any]:
 def placed_pod(cluster: Cluster, namespace: str) -> Iterator[tuple[str, str, str]]:
     """A pod bound to a GPU node: (name, uid, node)."""
     node = gpu_node(cluster)
+    name = str(node["metadata"]["name"])
     body = pod("rollout-0")
-    body["spec"]["nodeName"] = node  # placed directly: this test is about the agent
+    body["spec"]["nodeName"] = name  # placed directly: this test is about the agent
     apply(cluster, namespace, body)
     obj = get_json(cluster, "pod", "rollout-0", "-n", namespace)
-    yield "rollout-0", str(obj["metadata"]["uid"]), node
+    yield "rollout-0", str(obj["metadata"]["uid"]), name
+
+
+@pytest.fixture
+def node_agent(
+    cluster: Cluster, placed_pod: tuple[str, str, str], tmp_path: Path
+) -> Iterator[AgentProcess]:
+    """A kube-mode agent whose simulated GPUs are the node's, and which leaves the
+    node as it found it: the extender reads rlix.io/gpus, and the session's
+    other tests place pods on these nodes."""
+    node = get_json(cluster, "node", placed_pod[2])
+    labels = node["metadata"]["labels"]
+    agent = AgentProcess(
+        tmp_path,
+        node=placed_pod[2],
+        kubeconfig=Path(cluster.kubeconfig),
+        sim_gpus=int(labels[NODE_LABEL_GPU_COUNT]),
+        sim_gpu_memory_mib=int(labels[NODE_LABEL_GPU_MEMORY_MIB]),
+    )
+    try:
+        with agent:
+            yield agent
+    finally:
+        cluster.kubectl("annotate", "node", placed_pod[2], f"{ANNOTATION_NODE_GPUS}-")
 
 
 def test_relocation_through_the_cli_is_visible_on_the_real_pod(
-    cluster: Cluster, namespace: str, placed_pod: tuple[str, str, str], tmp_path: Path
+    cluster: Cluster, namespace: str, placed_pod: tuple[str, str, str], node_agent: AgentProcess
 ) -> None:
     name, uid, node = placed_pod
     key = f"{namespace}/{name}"
-    agent = AgentProcess(tmp_path, node=node, kubeconfig=Path(cluster.kubeconfig))
-    with agent:
-        trainer = Trainer(agent, uid)
-        try:
-            wait_connected(agent, trainer.proc.pid, uid=uid)
-            before = trainer.ready["digest"]
-            assert trainer.ask("phase rollout")["event"] == "in-phase"
-            wait_for(
-                "the phase annotation on the pod",
-                lambda: (
-                    annotations(cluster, "pod", name, "-n", namespace).get(ANNOTATION_PHASE)
-                    == "rollout"
-                ),
-            )
-            assert ANNOTATION_NODE_GPUS in annotations(cluster, "node", node)
+    sock = f"--socket={node_agent.socket}"
 
-            sock = f"--socket={agent.socket}"
-            assert rlix(["agent", sock, "suspend", key, "--target", "host"]) == 0
-            wait_for(
-                "rlix.io/suspended on the pod",
-                lambda: (
-                    annotations(cluster, "pod", name, "-n", namespace).get(ANNOTATION_SUSPENDED)
-                    == "true"
-                ),
-            )
-            assert trainer.ask("live")["live"] == 0
-            assert (agent.park_dir / uid / f"{trainer.proc.pid}.park").exists()
+    def pod_annotations() -> dict[str, Any]:
+        return annotations(cluster, "pod", name, "-n", namespace)
 
-            assert rlix(["agent", sock, "resume", key]) == 0
-            wait_for(
-                "rlix.io/suspended cleared",
-                lambda: (
-                    ANNOTATION_SUSPENDED not in annotations(cluster, "pod", name, "-n", namespace)
-                ),
-            )
-            assert trainer.ask("digest")["digest"] == before
-        finally:
-            trainer.close()
+    trainer = Trainer(node_agent, uid)
+    try:
+        wait_connected(node_agent, trainer.proc.pid, uid=uid)
+        before = trainer.ready["digest"]
+        assert trainer.ask("phase rollout")["event"] == "in-phase"
+        wait_for(
+            "the phase annotation on the pod",
+            lambda: pod_annotations().get(ANNOTATION_PHASE) == "rollout",
+        )
+        assert ANNOTATION_NODE_GPUS in annotations(cluster, "node", node)
+
+        assert rlix(["agent", sock, "suspend", key, "--target", "host"]) == 0
+        wait_for(
+            "rlix.io/suspended on the pod",
+            lambda: pod_annotations().get(ANNOTATION_SUSPENDED) == "true",
+        )
+        assert trainer.ask("live")["live"] == 0
+        assert (node_agent.park_dir / uid / f"{trainer.proc.pid}.park").exists()
+
+        assert rlix(["agent", sock, "resume", key]) == 0
+        wait_for(
+            "rlix.io/suspended cleared",
+            lambda: ANNOTATION_SUSPENDED not in pod_annotations(),
+        )
+        assert trainer.ask("digest")["digest"] == before
+    finally:
+        trainer.close()
