@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
@@ -108,31 +108,26 @@ class Preemption:
         Called periodically rather than on disconnect: a dying process closes
         its socket before it is gone from the process table.
         """
-        dead: list[tuple[SuspendedPod, int, Manifest]] = []
-        with self._lock:
-            for rec in list(self.suspended.values()):
-                for pid in list(rec.processes):
-                    if not self._alive(pid):
-                        dead.append((rec, pid, rec.processes.pop(pid)))
-                if any(r is rec for r, _, _ in dead):
-                    if rec.processes:
-                        self._store.save(rec)
-                    else:
-                        self._store.delete(rec.uid)
-                        self.suspended.pop(rec.uid, None)
         out: list[str] = []
-        for rec, pid, manifest in dead:
-            if manifest.relocated:
-                self._parks.delete(rec.uid, pid)
-                self._relocator.drop(f"{rec.uid}/{pid}")
-            self._backend.set_parked(frozenset({pid}), False)
-            self._backend.process_gone(pid)
-            line = (
-                f"pid {pid} of {rec.namespace}/{rec.name} exited while suspended ({manifest.where})"
-            )
-            log.warning("%s: its parked memory is released", line)
-            out.append(line)
-            if not rec.processes and rec.namespace and rec.uid not in self.suspended:
+        with self._lock:
+            dead = [
+                (rec, [pid for pid in rec.processes if not self._alive(pid)])
+                for rec in list(self.suspended.values())
+            ]
+            gone = [(rec, self._forget(rec, pids)) for rec, pids in dead if pids]
+        for rec, processes in gone:
+            self._free_copies(rec.uid, processes)
+            pids = frozenset(pid for pid, _ in processes)
+            self._backend.set_parked(pids, False)
+            for pid, manifest in processes:
+                self._backend.process_gone(pid)
+                line = (
+                    f"pid {pid} of {rec.namespace}/{rec.name} exited while suspended "
+                    f"({manifest.where})"
+                )
+                log.warning("%s: its parked memory is released", line)
+                out.append(line)
+            if not rec.processes and rec.namespace:
                 self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: None})
         return out
 
@@ -312,12 +307,7 @@ class Preemption:
         with self._lock:
             rec = self.suspended.get(conn.caller.pod.uid) if conn.caller.pod else None
             if rec is not None:
-                rec.processes.pop(conn.pid, None)
-                if rec.processes:
-                    self._store.save(rec)
-                else:
-                    self._store.delete(rec.uid)
-                    self.suspended.pop(rec.uid, None)
+                self._forget(rec, [conn.pid])
         self._backend.set_parked(frozenset({conn.pid}), False)
         # The process's own (unvalidated) manifest: it is only echoed back to it.
         fut = conn.request(proto.OP_RESUME, manifest=manifest)
@@ -452,19 +442,28 @@ class Preemption:
             _close_reply_fds(fut)
         return None
 
-    def _finish_resume(self, rec: SuspendedPod, resumed: list[int]) -> None:
+    def _forget(self, rec: SuspendedPod, pids: Iterable[int]) -> list[tuple[int, Manifest]]:
+        """Drop these processes from the pod's record, which is saved with what is
+        still parked or deleted when nothing is; returns what they had parked."""
         with self._lock:
-            gone = [(pid, rec.processes.pop(pid, None)) for pid in resumed]
+            gone = [(pid, m) for pid in pids if (m := rec.processes.pop(pid, None)) is not None]
             if rec.processes:
-                self._store.save(rec)  # keep what is still parked
+                self._store.save(rec)
             else:
                 self._store.delete(rec.uid)
                 self.suspended.pop(rec.uid, None)
+        return gone
+
+    def _free_copies(self, uid: str, parked: Iterable[tuple[int, Manifest]]) -> None:
+        """Release what the agent holds for relocated processes (park file, HBM)."""
+        for pid, manifest in parked:
+            if manifest.relocated:
+                self._parks.delete(uid, pid)
+                self._relocator.drop(f"{uid}/{pid}")
+
+    def _finish_resume(self, rec: SuspendedPod, resumed: list[int]) -> None:
         # Parked copies go only after the record no longer points at them.
-        for pid, manifest in gone:
-            if manifest is not None and manifest.relocated:
-                self._parks.delete(rec.uid, pid)
-                self._relocator.drop(f"{rec.uid}/{pid}")
+        self._free_copies(rec.uid, self._forget(rec, resumed))
         self._backend.set_parked(frozenset(resumed), False)
         if not rec.processes and rec.namespace:
             self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: None})
