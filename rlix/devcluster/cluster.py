@@ -90,17 +90,40 @@ class ExistingCluster:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
-        result = subprocess.run(
-            cmd, check=False, input=input, capture_output=True, text=True, timeout=timeout_s
+        return run_kubectl(
+            self.bin_dir, self.kubeconfig, args, input=input, check=check, timeout_s=timeout_s
         )
-        if check and result.returncode != 0:
-            raise KubectlError(result.returncode, cmd, output=result.stdout, stderr=result.stderr)
-        return result
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> None:
-        body = yaml.safe_dump_all(list(objects), sort_keys=False)
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)
+        apply_objects(self.kubectl, objects)
+
+
+def run_kubectl(
+    bin_dir: Path,
+    kubeconfig: Path,
+    args: Sequence[str],
+    *,
+    input: str | None = None,
+    check: bool = True,
+    timeout_s: float = 120,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """The toolchain's kubectl on one kubeconfig; raises KubectlError when asked to check."""
+    cmd = [str(bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig), *args]
+    result = subprocess.run(
+        cmd, check=False, input=input, capture_output=True, text=True, timeout=timeout_s, env=env
+    )
+    if check and result.returncode != 0:
+        raise KubectlError(result.returncode, cmd, output=result.stdout, stderr=result.stderr)
+    return result
+
+
+def apply_objects(
+    kubectl: Callable[..., subprocess.CompletedProcess[str]], objects: Sequence[dict[str, Any]]
+) -> None:
+    """Server-side apply of manifests given as dicts."""
+    body = yaml.safe_dump_all(list(objects), sort_keys=False)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)
 
 
 class DevCluster:
@@ -149,23 +172,18 @@ class DevCluster:
         self, *args: str, input: str | None = None, check: bool = True, timeout_s: float = 120
     ) -> subprocess.CompletedProcess[str]:
         """Run the toolchain's kubectl (same minor version as the server) on this cluster."""
-        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
-        result = subprocess.run(
-            cmd,
-            check=False,
+        return run_kubectl(
+            self.bin_dir,
+            self.kubeconfig,
+            args,
             input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
+            check=check,
+            timeout_s=timeout_s,
             env=self._env(),
         )
-        if check and result.returncode != 0:
-            raise KubectlError(result.returncode, cmd, output=result.stdout, stderr=result.stderr)
-        return result
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> None:
-        body = yaml.safe_dump_all(list(objects), sort_keys=False)
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)
+        apply_objects(self.kubectl, objects)
 
     # -- state -------------------------------------------------------------
     def exists(self) -> bool:
