@@ -302,7 +302,7 @@ def start_baseline(cluster: DevCluster, workdir: Path) -> int:
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if processes.https_ok(f"https://127.0.0.1:{port}/healthz"):
+        if processes.url_ok(f"https://127.0.0.1:{port}/healthz"):
             return pid
         if not processes.pid_alive(pid):
             break

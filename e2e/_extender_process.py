@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlix.devcluster.processes import port_in_use
+from rlix.devcluster.processes import Component, port_in_use, url_ok, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +35,7 @@ class ExtenderProcess:
             os.close(fd)
             log = Path(name)
         self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.component: Component | None = None
 
     @property
     def url(self) -> str:
@@ -54,40 +52,19 @@ class ExtenderProcess:
             "--kubeconfig", self.kubeconfig,
             "--log-level", "warning",
         ]  # fmt: skip
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"extender exited {self.proc.returncode}:\n{self.tail()}")
-            if self._ready():
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"extender not ready after {timeout_s}s:\n{self.tail()}")
-
-    def _ready(self) -> bool:
+        self.component = Component("extender", cmd, self.log, cwd=ROOT, grace_s=15)
+        self.component.start()
         try:
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:  # refused, 503 (HTTPError is an OSError), timeout
-            return False
+            wait_until("extender", self.component, lambda: url_ok(f"{self.url}/readyz"), timeout_s)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL if it lingers; the port is free after."""
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-        self.proc = None
+        if self.component is not None:
+            self.component.stop()
+        self.component = None
 
     def snapshot(self) -> dict[str, Any]:
         """The extender's cache, as ``GET /debug/snapshot`` serves it."""

@@ -6,18 +6,14 @@ exactly as a node failure would, and restart it from nothing but the cluster.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlix.devcluster.processes import free_ports
+from rlix.devcluster.processes import Component, free_ports, url_ok, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD = ROOT / "crds" / "rlix.io_rljobs.yaml"
@@ -30,7 +26,7 @@ class OperatorProcess:
         self.webhook_port, self.metrics_port, self.liveness_port = free_ports(3)
         self.backoff_base_s = backoff_base_s
         self.log = workdir / "operator.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.component: Component | None = None
 
     def start(self, *, timeout_s: float = 60) -> None:
         cmd = [
@@ -42,26 +38,13 @@ class OperatorProcess:
             "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
             "--backoff-base-seconds", str(self.backoff_base_s),
         ]  # fmt: skip
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.tail()}")
-            if self._live() and self._webhook_registered():
-                return
-            time.sleep(0.25)
-        raise RuntimeError(f"operator not ready after {timeout_s}s:\n{self.tail()}")
+        self.component = Component("operator", cmd, self.log, cwd=ROOT, grace_s=15)
+        self.component.start()
+        wait_until("operator", self.component, self._ready, timeout_s)
 
-    def _live(self) -> bool:
-        url = f"http://127.0.0.1:{self.liveness_port}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+    def _ready(self) -> bool:
+        live = url_ok(f"http://127.0.0.1:{self.liveness_port}/healthz")
+        return live and self._webhook_registered()
 
     def _webhook_registered(self) -> bool:
         result = self.cluster.kubectl(
@@ -77,17 +60,12 @@ class OperatorProcess:
 
     def kill(self) -> None:
         """SIGKILL: no cleanup handler runs, as when the node dies."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        if self.component is not None:
+            self.component.kill()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.component is not None:
+            self.component.stop()
 
     def tail(self, lines: int = 60) -> str:
         if not self.log.exists():

@@ -6,69 +6,12 @@ goes to log files under the demo's work directory.
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlix.devcluster import processes
-
-
-@dataclass
-class Component:
-    name: str
-    argv: list[str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, chars: int = 2000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        processes.stop_process_group(self.proc.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as resp:
-            return int(resp.status) == 200
-    except OSError:
-        return False
-
-
-def wait_until(what: str, component: Component, probe: object, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not component.alive():
-            raise RuntimeError(f"{component.name} exited while starting:\n{component.tail()}")
-        if callable(probe) and probe():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} not ready after {timeout_s:.0f}s:\n{component.tail()}")
+from rlix.devcluster.processes import Component, url_ok, wait_until
 
 
 @dataclass
@@ -88,7 +31,7 @@ class Components:
         )
         c.start()
         self.started.append(c)
-        wait_until("extender", c, lambda: http_ok(f"http://127.0.0.1:{port}/readyz"))
+        wait_until("extender", c, lambda: url_ok(f"http://127.0.0.1:{port}/readyz"))
         return c
 
     def operator(self) -> Component:
@@ -114,7 +57,7 @@ class Components:
         )
         c.start()
         self.started.append(c)
-        wait_until("operator", c, lambda: http_ok(f"http://127.0.0.1:{live}/healthz"), 90)
+        wait_until("operator", c, lambda: url_ok(f"http://127.0.0.1:{live}/healthz"), 90)
         return c
 
     def agent(self, node: str, *, gpus: int, gpu_memory_mib: int, proc_root: Path) -> Path:

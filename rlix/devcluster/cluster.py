@@ -213,7 +213,7 @@ class DevCluster:
             state.scheduler_pid > 0
             and processes.pid_alive(state.scheduler_pid)
             and state.extender_url == self.options.extender_url
-            and processes.https_ok(f"https://127.0.0.1:{state.scheduler_port}/healthz")
+            and processes.url_ok(f"https://127.0.0.1:{state.scheduler_port}/healthz")
         )
 
     # -- lifecycle ---------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Small helpers for the processes a local cluster runs beside kwokctl's own."""
+"""Small helpers for the processes a local cluster runs beside kwokctl's own,
+and for RLix's own programs run as subprocesses (demo, e2e tier)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import random
 import signal
 import socket
 import ssl
+import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -114,8 +118,9 @@ def stop_process_group(pid: int, *, grace_s: float = 5.0) -> None:
             time.sleep(0.05)
 
 
-def https_ok(url: str, *, timeout_s: float = 1.0) -> bool:
-    """True when ``url`` answers 200 (self-signed certificates accepted: loopback only)."""
+def url_ok(url: str, *, timeout_s: float = 1.0) -> bool:
+    """True when ``url`` (http or https) answers 200; self-signed certificates are
+    accepted, which is fine for the loopback endpoints this is used on."""
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
@@ -124,3 +129,67 @@ def https_ok(url: str, *, timeout_s: float = 1.0) -> bool:
             return int(resp.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+@dataclass
+class Component:
+    """One of RLix's own programs run as a subprocess in its own process group,
+    output to a log file (the demo and the e2e tier start them this way)."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    cwd: Path | None = None
+    grace_s: float = 5.0  # between SIGTERM and SIGKILL on stop
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.cwd,
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM the group, SIGKILL what lingers; the ports are free after."""
+        if self.proc is None:
+            return
+        stop_process_group(self.proc.pid, grace_s=self.grace_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+    def kill(self) -> None:
+        """SIGKILL the group: no cleanup handler runs, as when the node dies."""
+        if self.alive():
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def wait_until(
+    what: str, component: Component, probe: Callable[[], object], timeout_s: float = 60
+) -> None:
+    """Poll ``probe`` until truthy; fail at once, with the log, if the component exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not component.alive():
+            raise RuntimeError(f"{component.name} exited while starting:\n{component.tail()}")
+        if probe():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} not ready after {timeout_s:.0f}s:\n{component.tail()}")

@@ -43,7 +43,7 @@ def start(
         if not processes.pid_alive(pid):
             tail = log.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"rlix-scheduler exited during start:\n{tail}")
-        if processes.https_ok(f"https://127.0.0.1:{port}/healthz"):
+        if processes.url_ok(f"https://127.0.0.1:{port}/healthz"):
             return pid, port
         time.sleep(0.2)
     processes.stop_process_group(pid)

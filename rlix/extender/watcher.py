@@ -91,31 +91,24 @@ def start_watching(
 ) -> list[threading.Thread]:
     """Start node and pod watchers feeding ``cache``; they stop when ``stop`` is set."""
     api = _load_client(kubeconfig)
+    feeds = [
+        ("nodes", api.list_node, cache.replace_nodes, cache.apply_node),
+        ("pods", api.list_pod_for_all_namespaces, cache.replace_pods, cache.apply_pod),
+    ]
     threads = [
         threading.Thread(
             target=_run,
             kwargs={
-                "kind": "nodes",
-                "lister": api.list_node,
-                "replace": cache.replace_nodes,
-                "apply": cache.apply_node,
+                "kind": kind,
+                "lister": lister,
+                "replace": replace,
+                "apply": apply,
                 "stop": stop,
             },
-            name="rlix-watch-nodes",
+            name=f"rlix-watch-{kind}",
             daemon=True,
-        ),
-        threading.Thread(
-            target=_run,
-            kwargs={
-                "kind": "pods",
-                "lister": api.list_pod_for_all_namespaces,
-                "replace": cache.replace_pods,
-                "apply": cache.apply_pod,
-                "stop": stop,
-            },
-            name="rlix-watch-pods",
-            daemon=True,
-        ),
+        )
+        for kind, lister, replace, apply in feeds
     ]
     for t in threads:
         t.start()
