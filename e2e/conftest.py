@@ -26,6 +26,7 @@ from types import FrameType
 
 import pytest
 
+from e2e.kube import wait_for
 from rlix.devcluster import processes
 from rlix.devcluster.cluster import (
     ClusterOptions,
@@ -100,6 +101,16 @@ def local_cluster(cluster: DevCluster | ExistingCluster) -> DevCluster:
 def namespace(cluster: DevCluster | ExistingCluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     cluster.kubectl("create", "namespace", name)
+    # The controller-manager creates the namespace's "default" ServiceAccount a
+    # moment later; a pod created before it exists is refused ("serviceaccount
+    # default not found"), which CI hit once.
+    wait_for(
+        f"the default ServiceAccount of {name}",
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
+            == 0
+        ),
+    )
     try:
         yield name
     finally:
