@@ -76,19 +76,45 @@ for line in sys.stdin:
 """
 
 
+def spawn_in_pod(
+    agent: AgentProcess, code: str, *argv: str, uid: str = UID
+) -> subprocess.Popen[str]:
+    """Start ``python -c code *argv`` and make it a process of pod ``uid``.
+
+    The program reads one line before it talks to the agent; "go" is sent once
+    the PID is in the pod, so the agent identifies it as such.
+    """
+    env = {**os.environ, "RLIX_AGENT_SOCKET": str(agent.socket)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdin is not None
+        agent.put_in_pod(proc.pid, uid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    except BaseException:
+        close_process(proc)
+        raise
+    return proc
+
+
+def close_process(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
 class Trainer:
     def __init__(self, agent: AgentProcess, uid: str) -> None:
-        env = {**os.environ, "RLIX_AGENT_SOCKET": str(agent.socket)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", TRAINER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        self.proc = spawn_in_pod(agent, TRAINER, uid=uid)
         try:
-            agent.put_in_pod(self.proc.pid, uid)
-            self.say("go")
             self.ready = self.read()
         except BaseException:
             self.close()
@@ -125,11 +151,7 @@ class Trainer:
         return not ready
 
     def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        close_process(self.proc)
 
 
 def wait_connected(agent: AgentProcess, pid: int, timeout: float = 20.0, uid: str = UID) -> None:
@@ -147,31 +169,12 @@ def wait_connected(agent: AgentProcess, pid: int, timeout: float = 20.0, uid: st
 def pod_process(
     agent: AgentProcess, code: str, *argv: str, uid: str = UID
 ) -> Iterator[subprocess.Popen[str]]:
-    """Run ``python -c code *argv`` as a process of pod ``uid``.
-
-    The program reads one line before it starts talking to the agent: it is
-    sent once the PID is in the pod, so the agent identifies it as such.
-    """
-    env = {**os.environ, "RLIX_AGENT_SOCKET": str(agent.socket)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *argv],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    """``spawn_in_pod`` for a ``with`` block; the process is killed after it."""
+    proc = spawn_in_pod(agent, code, *argv, uid=uid)
     try:
-        assert proc.stdin is not None and proc.stdout is not None
-        agent.put_in_pod(proc.pid, uid)
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
         yield proc
     finally:
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        close_process(proc)
 
 
 @contextlib.contextmanager
