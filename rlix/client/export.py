@@ -71,9 +71,6 @@ class MemfdExport:
             return torch.empty(0, dtype=torch.uint8)
         return torch.frombuffer(self._map, dtype=torch.uint8)
 
-    def doc(self) -> dict[str, Any]:
-        return {"kind": "memfd", "fd": 0}
-
     def close(self) -> None:
         if self._map is not None:
             # A tensor view still alive keeps the mapping; it goes with the view.
@@ -202,9 +199,7 @@ class Relocation:
             return None, []  # never released: the memory is still here
         if self.state not in ("released", "regrown"):
             raise ValueError(f"regrow in state {self.state!r}")
-        views: list[Any] = []
-        for hook in self.hooks:
-            views += [v for _, v in hook.regrow()]
+        views = self._regrown_views()
         self._close_memfd()
         doc, fds = self._export_doc(views, fill=False)
         self.state = "regrown"
@@ -216,11 +211,8 @@ class Relocation:
         if self.state == "released":
             raise ValueError("the agent must regrow this process before resuming it")
         if self.state == "regrown" and self._memfd is not None:
-            views: list[Any] = []
-            for hook in self.hooks:
-                views += [v for _, v in hook.regrow()]  # already sized: just the views
             src = self._memfd.tensor(self._torch)
-            for piece, view in zip(self.pieces, views, strict=True):
+            for piece, view in zip(self.pieces, self._regrown_views(), strict=True):
                 if not piece.on_device:
                     view.copy_(src[piece.offset : piece.offset + piece.nbytes])
             del src
@@ -238,6 +230,10 @@ class Relocation:
         self.state = "done"
 
     # -- helpers ---------------------------------------------------------------
+    def _regrown_views(self) -> list[Any]:
+        """Every piece's storage at full size (regrow is idempotent), in export order."""
+        return [view for hook in self.hooks for _, view in hook.regrow()]
+
     def _export_doc(self, views: Sequence[Any], *, fill: bool) -> tuple[dict[str, Any], list[int]]:
         host = [(p, v) for p, v in zip(self.pieces, views, strict=True) if not p.on_device]
         doc: dict[str, Any] = {"size": self.size, "memfd": None, "cuda": []}
