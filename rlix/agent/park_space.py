@@ -137,27 +137,23 @@ class ParkSpace:
         path = self.path(uid, pid)
         bad: list[str] = []
         unchecked = 0
-        size = path.stat().st_size
-        with path.open("rb") as f, contextlib.ExitStack() as stack:
-            view = None
-            if size:
-                view = memoryview(
-                    stack.enter_context(mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ))
-                )
-            for name, offset, nbytes, checksum in entries:
-                if not checksum.startswith(f"{HOST_ALGORITHM}:"):
-                    unchecked += 1
-                    continue
-                if offset < 0 or offset + nbytes > size:
-                    bad.append(name)
-                    continue
-                piece = view[offset : offset + nbytes] if view is not None else b""
-                if host_digest(piece) != checksum:
-                    bad.append(name)
-                if isinstance(piece, memoryview):
-                    piece.release()
-            if view is not None:
-                view.release()
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) if size else None
+            try:
+                with memoryview(data if data is not None else b"") as whole:
+                    for name, offset, nbytes, checksum in entries:
+                        if not checksum.startswith(f"{HOST_ALGORITHM}:"):
+                            unchecked += 1
+                        elif offset < 0 or offset + nbytes > size:
+                            bad.append(name)
+                        else:
+                            with whole[offset : offset + nbytes] as piece:
+                                if host_digest(piece) != checksum:
+                                    bad.append(name)
+            finally:
+                if data is not None:
+                    data.close()
         return bad, unchecked
 
     def delete(self, uid: str, pid: int) -> None:
