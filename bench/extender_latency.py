@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from rlix.core.placement.builders import cluster, node, pod
+from rlix.core.policy.placement.builders import cluster, node, pod
 from rlix.core.snapshot import ClusterSnapshot
 from rlix.extender.app import create_app
 from rlix.extender.cache import MODIFIED, ClusterCache

@@ -4,7 +4,7 @@ Each test starts ``python -m rlix.extender`` on the port the session's
 ``rlix-scheduler`` calls, pre-places pods the way binding does (``spec.nodeName``),
 waits until the extender's watch-fed cache has seen them (``/debug/snapshot``)
 and then lets kube-scheduler place a new pod. Expectations are derived from the
-scoring and preemption rules in ``rlix.core.placement`` (worked out in each
+scoring and preemption rules in ``rlix.core.policy.placement`` (worked out in each
 test's docstring), so a reversed preference fails the test.
 
 The session cluster has 4 kwok nodes (rlix-gpu-0..3) x 8 GPUs x 81920 MiB.
@@ -127,7 +127,7 @@ def test_rollout_pod_lands_beside_training_not_beside_rollout(
     """rlix-gpu-0 runs a training pod, rlix-gpu-1 a rollout pod of another job.
 
     The new rollout pod (a third job, 1 GPU, 30000 MiB) scores, per
-    ``rlix.core.placement.scoring``:
+    ``rlix.core.policy.placement.scoring``:
 
     * rlix-gpu-0: shares a training GPU (complement 1.0, interleave 1.0: half a
       cycle apart), packing 0.61 (no new GPU touched, tight fit), locality 0.5

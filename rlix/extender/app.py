@@ -25,7 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from rlix.core.placement import PlacementView, snapshot_to_doc
+from rlix.core.policy.placement import PlacementView, snapshot_to_doc
 from rlix.extender.cache import ClusterCache
 from rlix.extender.handlers import Answer, do_filter, do_preempt, do_prioritize
 from rlix.extender.metrics import ExtenderMetrics

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rlix.core.placement import NodeLoad, PlacementView, node_load
+from rlix.core.policy.placement import NodeLoad, PlacementView, node_load
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
 from rlix.extender.objects import ObjectError, node_from_object, pod_name, pod_to_workload, pod_uid
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlix.core.placement import PlacementView, choose_victims, filter_nodes, score_values
+from rlix.core.policy.placement import PlacementView, choose_victims, filter_nodes, score_values
 from rlix.core.snapshot import Workload
 from rlix.extender import wire
 from rlix.extender.objects import ObjectError, pod_to_workload

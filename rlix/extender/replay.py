@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlix.core.placement import (
+from rlix.core.policy.placement import (
     PlacementView,
     filter_nodes,
     score_nodes,
     snapshot_from_doc,
 )
-from rlix.core.placement.documents import workload_from_doc
+from rlix.core.policy.placement.documents import workload_from_doc
 from rlix.core.snapshot import Workload
 from rlix.extender.objects import pod_to_workload
 

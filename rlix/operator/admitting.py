@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from rlix.core.admission import Admission, PodPlacement, queue_order
+from rlix.core.policy.admission import Admission, PodPlacement, queue_order
 from rlix.core.rljob import CONDITION_ADMITTED, ConditionStatus, JobState, RLJob
 from rlix.core.snapshot import Workload
 from rlix.core.validation import Capacity, capacity_errors

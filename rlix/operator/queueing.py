@@ -1,6 +1,6 @@
 """The queue of RLJobs waiting for GPUs, and the port to the gang-admission policy.
 
-The policy (``rlix.core.admission``: a job is admitted only when every pod of
+The policy (``rlix.core.policy.admission``: a job is admitted only when every pod of
 every role fits; priority first, then arrival) is pure and shared with the
 simulator. This module only turns RLJobs into its requests and keeps the port
 narrow, so component tests can drive the operator's bookkeeping with a table.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from rlix.core.admission import Admission, GangRequest, admit
+from rlix.core.policy.admission import Admission, GangRequest, admit
 from rlix.core.rljob import RLJob
-from rlix.core.sim.rlix_policy import RLixPolicy
+from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.snapshot import ClusterSnapshot
 from rlix.operator.pods import planned_workloads
 from rlix.operator.statuses import parse_time
@@ -38,7 +38,7 @@ def gang_request(job: RLJob) -> GangRequest:
 
 
 class RLixAdmission:
-    """The shipped policy: ``rlix.core.admission.admit`` over RLix placement."""
+    """The shipped policy: ``rlix.core.policy.admission.admit`` over RLix placement."""
 
     def __init__(self) -> None:
         self._placement = RLixPolicy()

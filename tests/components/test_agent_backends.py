@@ -48,7 +48,7 @@ def test_simulated_rejects_bad_reports(args: tuple[int, int, int, float], messag
 
 
 def test_annotation_doc_matches_the_shared_snapshot_format() -> None:
-    from rlix.core.placement.documents import node_from_doc
+    from rlix.core.policy.placement.documents import node_from_doc
 
     gpus = [GpuInfo(0, "GPU-x", "H200", 143771, 1024, 0.25)]
     doc = {"name": "n", "gpuCount": 1, "gpuMemoryMiB": 143771, "gpus": gpu_annotation_doc(gpus)}

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rlix.core.placement.builders import ClusterBuilder, cluster, node, pod
+from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
 from rlix.extender.app import create_app
 from rlix.extender.cache import ADDED, ClusterCache
 from rlix.extender.replay import replay

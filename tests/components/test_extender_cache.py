@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlix.core.placement import PlacementView
-from rlix.core.placement.builders import node, pod
+from rlix.core.policy.placement import PlacementView
+from rlix.core.policy.placement.builders import node, pod
 from rlix.extender.cache import ADDED, DELETED, MODIFIED, ClusterCache
 from rlix.extender.testing import node_object, pod_object, uid_for
 

@@ -15,7 +15,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlix.core.placement.builders import cluster, node, pod
+from rlix.core.policy.placement.builders import cluster, node, pod
 from rlix.extender.app import create_app
 from rlix.extender.cache import ADDED, ClusterCache
 from rlix.extender.testing import node_object, pod_object

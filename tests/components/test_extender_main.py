@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 
-from rlix.core.placement.builders import pod
+from rlix.core.policy.placement.builders import pod
 from rlix.extender.testing import extender_args, pod_object
 
 

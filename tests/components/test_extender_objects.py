@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rlix.core.phases import Phase
-from rlix.core.placement.builders import node, pod
+from rlix.core.policy.placement.builders import node, pod
 from rlix.extender.objects import (
     ObjectError,
     node_from_object,

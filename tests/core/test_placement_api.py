@@ -1,4 +1,4 @@
-"""The public surface of rlix.core.placement is exactly what __all__ says."""
+"""The public surface of rlix.core.policy.placement is exactly what __all__ says."""
 
 from __future__ import annotations
 

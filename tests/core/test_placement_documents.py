@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rlix.core.placement import SnapshotDocumentError, snapshot_from_doc, snapshot_to_doc
-from rlix.core.placement.builders import cluster, node, pod
+from rlix.core.policy.placement import SnapshotDocumentError, snapshot_from_doc, snapshot_to_doc
+from rlix.core.policy.placement.builders import cluster, node, pod
 
 
 def sample() -> Any:

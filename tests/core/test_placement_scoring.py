@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlix.core.phases import Phase
-from rlix.core.placement import PlacementView, likely_phase, score_nodes, score_values
-from rlix.core.placement.builders import ClusterBuilder, PodBuilder, cluster, node, pod
-from rlix.core.placement.scoring import NodeScore, complement, interleave
+from rlix.core.policy.placement import PlacementView, likely_phase, score_nodes, score_values
+from rlix.core.policy.placement.builders import ClusterBuilder, PodBuilder, cluster, node, pod
+from rlix.core.policy.placement.scoring import NodeScore, complement, interleave
 
 GiB = 1024
 
@@ -267,7 +267,7 @@ def random_clusters(draw: st.DrawFn) -> tuple[ClusterBuilder, PodBuilder]:
 def test_scores_stay_in_protocol_range_and_match_the_filter(
     case: tuple[ClusterBuilder, PodBuilder],
 ) -> None:
-    from rlix.core.placement import filter_nodes
+    from rlix.core.policy.placement import filter_nodes
 
     c, p = case
     snap = c.build()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlix.core.admission import place_gang
+from rlix.core.policy.admission import place_gang
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.baselines import GANG_BINPACK
 from rlix.core.sim.engine import DecisionRecord, SimConfig, simulate

@@ -1,12 +1,12 @@
-"""The simulator drives rlix.core.placement through the adapter, unchanged."""
+"""The simulator drives rlix.core.policy.placement through the adapter, unchanged."""
 
 from __future__ import annotations
 
-from rlix.core.admission import GangRequest, place_gang, place_pod
+from rlix.core.policy.admission import GangRequest, place_gang, place_pod
 from rlix.core.phases import Phase
-from rlix.core.placement import PlacementView, filter_nodes, score_nodes
+from rlix.core.policy.placement import PlacementView, filter_nodes, score_nodes
 from rlix.core.sim.engine import DecisionRecord, simulate
-from rlix.core.sim.rlix_policy import RLixPolicy
+from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.sim.schedulers import rlix
 from rlix.core.sim.workload import JobProfile
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload

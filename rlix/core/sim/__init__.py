@@ -1,5 +1,6 @@
 """A discrete-event simulator of an RL cluster, driving the policies that ship.
 
-Kept import-light on purpose: ``rlix.core.admission`` imports the policy port
-from here, so this package must not import the engine at import time.
+The top layer of ``rlix.core``: it imports the policy layer (``rlix.core.policy``)
+and the vocabulary below it, and nothing below imports it (an import-linter
+``layers`` contract enforces that).
 """

@@ -5,7 +5,7 @@ so that re-planning (a co-runner changed phase, the job was preempted) just
 bumps the version instead of searching the heap. After all events of one
 instant are handled, one scheduling pass runs if anything freed or arrived.
 
-Every decision goes through ``rlix.core.admission`` and the scheduler's
+Every decision goes through ``rlix.core.policy.admission`` and the scheduler's
 ``PlacementPolicy``; ``trace`` receives each decision with the exact snapshot
 it was made on, so a test can replay it through the extender's code path.
 """
@@ -16,7 +16,7 @@ import heapq
 from collections import Counter
 from collections.abc import Callable
 
-from rlix.core.admission import Admission, GangRequest, place_gang
+from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.phases import Phase
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of

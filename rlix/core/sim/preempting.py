@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlix.core.admission import Admission, bind, place_pod
+from rlix.core.policy.admission import Admission, bind, place_pod
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.records import RESUME_RETRY_S, DecisionRecord
 from rlix.core.sim.runs import Run, State

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlix.core.admission import Admission, GangRequest
+from rlix.core.policy.admission import Admission, GangRequest
 from rlix.core.sim import hardware as hw
 from rlix.core.snapshot import ClusterSnapshot
 

@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass
 
 from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
-from rlix.core.sim.policy_port import PlacementPolicy
+from rlix.core.policy.port import PlacementPolicy
 
 
 class QueueOrder(enum.Enum):
@@ -49,7 +49,7 @@ def gang_binpack() -> Scheduler:
 
 
 def rlix() -> Scheduler:
-    from rlix.core.sim.rlix_policy import RLixPolicy
+    from rlix.core.policy.rlix_policy import RLixPolicy
 
     return Scheduler("rlix", RLixPolicy(), QueueOrder.PRIORITY, Preemption.SUSPEND)
 

@@ -3,7 +3,7 @@
 The simulator never decides where a pod goes: it asks a ``PlacementPolicy`` the
 same three questions kube-scheduler asks the RLix extender (filter, prioritize,
 preempt) plus the one a device plugin answers (which GPU indices). RLix's
-adapter (``rlix_policy``) forwards to ``rlix.core.placement``, the code the
+adapter (``rlix_policy``) forwards to ``rlix.core.policy.placement``, the code the
 extender ships; the baselines (``baselines``) answer as kube-scheduler and a
 Volcano/Kueue-style gang scheduler would.
 """

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from rlix.core.sim.policy_port import PlacementPolicy
+from rlix.core.policy.port import PlacementPolicy
 from rlix.core.snapshot import ClusterSnapshot, Workload
 
 

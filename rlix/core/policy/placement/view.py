@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from rlix.core.placement.loads import NodeLoad, node_load
+from rlix.core.policy.placement.loads import NodeLoad, node_load
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
 
 

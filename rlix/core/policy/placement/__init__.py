@@ -5,22 +5,22 @@ Pure functions over a ``ClusterSnapshot`` (through a memoising
 so what is benchmarked and tested is what ships.
 """
 
-from rlix.core.placement.documents import (
+from rlix.core.policy.placement.documents import (
     SnapshotDocumentError,
     snapshot_from_doc,
     snapshot_to_doc,
 )
-from rlix.core.placement.fit import FilterOutcome, Fit, filter_nodes, fit, pod_demand_mib
-from rlix.core.placement.loads import GPULoad, NodeLoad, next_phase, node_load, owed_mib
-from rlix.core.placement.preemption import choose_victims, choose_victims_on, victim_units
-from rlix.core.placement.scoring import (
+from rlix.core.policy.placement.fit import FilterOutcome, Fit, filter_nodes, fit, pod_demand_mib
+from rlix.core.policy.placement.loads import GPULoad, NodeLoad, next_phase, node_load, owed_mib
+from rlix.core.policy.placement.preemption import choose_victims, choose_victims_on, victim_units
+from rlix.core.policy.placement.scoring import (
     NodeScore,
     likely_phase,
     score_load,
     score_nodes,
     score_values,
 )
-from rlix.core.placement.view import PlacementView
+from rlix.core.policy.placement.view import PlacementView
 
 __all__ = [
     "FilterOutcome",

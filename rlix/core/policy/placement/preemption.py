@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rlix.core.phases import Phase
-from rlix.core.placement.fit import fit_demand, unresolvable
-from rlix.core.placement.loads import holdable_without
-from rlix.core.placement.view import PlacementView
+from rlix.core.policy.placement.fit import fit_demand, unresolvable
+from rlix.core.policy.placement.loads import holdable_without
+from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
 # Cost of interrupting a pod in each phase: what is lost or must be moved.

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
-from rlix.core.placement.fit import pod_demand_mib
-from rlix.core.placement.loads import GPULoad, NodeLoad
-from rlix.core.placement.view import PlacementView
+from rlix.core.policy.placement.fit import pod_demand_mib
+from rlix.core.policy.placement.loads import GPULoad, NodeLoad
+from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
 WEIGHT_COMPLEMENT = 3.0

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from rlix.core.placement.loads import GPULoad, NodeLoad, owed_mib
-from rlix.core.placement.view import PlacementView
+from rlix.core.policy.placement.loads import GPULoad, NodeLoad, owed_mib
+from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
 

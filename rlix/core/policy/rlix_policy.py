@@ -1,4 +1,4 @@
-"""RLix's placement policy behind the simulator's port: ``rlix.core.placement``.
+"""RLix's placement policy behind the simulator's port: ``rlix.core.policy.placement``.
 
 This module only translates; it decides nothing. Filter, score and victims come
 from the same functions the extender calls, so the benchmark measures them.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rlix.core.placement import (
+from rlix.core.policy.placement import (
     NodeLoad,
     PlacementView,
     choose_victims_on,
