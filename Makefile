@@ -12,6 +12,7 @@ NODES ?= 4
 GPUS ?= 8
 GPU_MEMORY_MIB ?= 81920
 PYTEST_ARGS ?=
+CHAOS_ARGS ?=
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -98,9 +99,15 @@ bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/re
 	$(PY) bench/integration_overhead.py
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/scheduling_throughput.py --nodes 1000 --pods 500
 
+.PHONY: chaos
+chaos: venv toolchain ## Chaos run: a few hundred RLJobs, operator/extender/agents SIGKILLed at random, suspensions in flight; invariants -> bench/results/chaos.md
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/chaos.py $(CHAOS_ARGS)
+
 .PHONY: gpu-check
-gpu-check: venv ## Tier 5 on a GPU machine: suspend/resume 1/16/64 GB vs the pinned-copy floor, relocation, driver checkpoint (skips without a GPU)
-	@$(PY) hack/gpu-check.py; rc=$$?; if [ $$rc -eq 77 ]; then echo "gpu tier skipped (no NVIDIA GPU here)"; exit 0; fi; exit $$rc
+gpu-check: venv ## Tier 5 on a GPU machine: suspend/resume 1/16/64 GB vs the pinned-copy floor, relocation, driver checkpoint, two-process interference (skips without a GPU)
+	@$(PY) hack/gpu-check.py; rc=$$?; if [ $$rc -eq 77 ]; then echo "gpu tier skipped (no NVIDIA GPU here)"; exit 0; fi; \
+		[ $$rc -eq 0 ] || exit $$rc; \
+		$(PY) hack/gpu-interference.py --out bench/results/gpu_interference.json
 
 .PHONY: clean
 clean: ## Remove the virtual environment and build leftovers (keeps the toolchain cache)

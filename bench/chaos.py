@@ -1,0 +1,365 @@
+"""make chaos: a few hundred RLJobs while RLix's own processes are killed at random.
+
+    .venv/bin/python bench/chaos.py [--jobs 200] [--kill-window 300] [--seed 1]
+
+The demo's machinery (a real local control plane, kwok GPU nodes, the real
+extender, operator and node agents, one simulated trainer process per bound
+pod that reports phases and obeys suspend/resume through the client library)
+runs a generated mix of small jobs. While the kill window lasts, a chaos loop:
+
+* SIGKILLs the operator, the extender or one node agent at random moments and
+  restarts it a moment later (as a kubelet restarts a crashed container);
+* suspends a random running trainer pod in place through the agent (`rlix
+  agent suspend --target host`) and resumes it a few seconds later, so some
+  suspensions are in flight when an agent dies.
+
+Then it lets the cluster drain and checks the invariants:
+
+* every job Succeeded (none Failed, none left behind);
+* no pod created twice (one UID per pod name over the whole run);
+* no byte lost: no trainer reported a restore that was not bit for bit, and no
+  resume the agent refused for a mismatch;
+* no park file left in any agent's park dir;
+* no GPU over-promised: at every sample, the GPUs of Admitted and Running jobs
+  fit the cluster.
+
+Writes bench/results/chaos.md (and .json) with the counts and this command;
+exits 1 when an invariant is broken. Not part of `make test`: it takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlix.demo.components import Components
+from rlix.demo.pods import PodRuntime
+from rlix.demo.runner import FINISHED, Demo, DemoOptions
+from rlix.demo.workload import COLOCATED, ROLL, TRAIN, DemoJob, DemoRole
+from rlix.devcluster.processes import Component
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHORT = {"rollout": 1.2, "scoring": 0.3, "training": 0.8, "weight-sync": 0.2}
+
+
+def chaos_jobs(count: int, rng: random.Random) -> list[DemoJob]:
+    """Small jobs of the demo's three shapes, with mixed priorities and sizes."""
+    jobs = []
+    for i in range(count):
+        shape = rng.choice(("split", "split", "colocated"))
+        priority = rng.choice((0, 0, 10, 50, 100))
+        iterations = rng.randint(1, 2)
+        if shape == "colocated":
+            roles: tuple[DemoRole, ...] = (
+                DemoRole("actor", "trainer", 1, rng.choice((1, 2, 4)), COLOCATED),
+            )
+        else:
+            roles = (
+                DemoRole("policy", "trainer", 1, rng.choice((1, 2)), TRAIN),
+                DemoRole("rollout", "rollout", rng.randint(1, 2), rng.choice((1, 2)), ROLL),
+            )
+        jobs.append(DemoJob(f"chaos-{i:03d}", priority, iterations, roles, dict(SHORT)))
+    return jobs
+
+
+@dataclass
+class Tallies:
+    kills: Counter[str] = field(default_factory=Counter)
+    suspends_ok: int = 0
+    suspends_refused: Counter[str] = field(default_factory=Counter)
+    resumes_ok: int = 0
+    resumes_refused: Counter[str] = field(default_factory=Counter)
+    in_flight_at_kill: int = 0
+    uids_by_pod: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    max_promised: int = 0
+    over_promised_samples: int = 0
+    samples: int = 0
+
+
+class Chaos(Demo):
+    def __init__(self, options: DemoOptions, args: argparse.Namespace) -> None:
+        super().__init__(options)
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.jobs = {j.name: j for j in chaos_jobs(args.jobs, self.rng)}
+        self.t = Tallies()
+        self.in_flight: dict[str, str] = {}  # pod uid -> node, while a suspend/resume runs
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.capacity = 0
+        self.workdir: Path | None = None
+
+    # -- the loop -----------------------------------------------------------------
+    def _watch(self, kube: Any, runtime: PodRuntime, components: Components) -> None:
+        self.workdir = runtime.workdir
+        self.capacity = sum(runtime.gpus_per_node.values())
+        by_name = {c.name: c for c in components.started}
+        dead: dict[str, float] = {}  # component -> when to restart it
+        started = time.monotonic()
+        next_kill = started + self.rng.uniform(5, 15)
+        next_suspend = started + self.rng.uniform(3, 6)
+        deadline = started + self.o.timeout_s
+        last_print = 0.0
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            chaos_on = now - started < self.args.kill_window
+            for name, at in list(dead.items()):
+                if now >= at:
+                    self._restart(by_name[name])
+                    del dead[name]
+            for c in components.started:
+                if c.name not in dead and not c.alive():
+                    raise RuntimeError(f"{c.name} died on its own:\n{c.tail()}")
+            if chaos_on and now >= next_kill:
+                victim = self.rng.choice([c for c in components.started if c.name not in dead])
+                self._kill(victim)
+                dead[victim.name] = now + self.rng.uniform(0.5, 3.0)
+                next_kill = now + self.rng.uniform(*self.args.kill_every)
+            if chaos_on and now >= next_suspend:
+                self._suspend_one(runtime)
+                next_suspend = now + self.rng.uniform(2, 6)
+            try:
+                view = kube.view(self.namespace)
+            except Exception as exc:  # the API server itself is not killed; be patient
+                self.log(f"  (listing failed: {exc})")
+                time.sleep(1)
+                continue
+            self._step_pods(kube, runtime, view.pods)
+            self._check(view)
+            states = {
+                j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
+                for j in view.rljobs
+            }
+            elapsed = now - self.tally.started
+            for name, state in states.items():
+                if state in FINISHED and name not in self.tally.finished_at:
+                    self.tally.finished_at[name] = elapsed
+            if now - last_print >= 5.0:
+                last_print = now
+                counts = Counter(states.values())
+                self.log(
+                    f"  [{now - started:5.0f}s] {dict(sorted(counts.items()))} | kills "
+                    f"{dict(self.t.kills)} | suspends {self.t.suspends_ok} resumes "
+                    f"{self.t.resumes_ok} | chaos {'on' if chaos_on else 'off'}"
+                )
+            if (
+                not chaos_on
+                and not dead
+                and len(states) == len(self.jobs)
+                and all(s in FINISHED for s in states.values())
+                and not self.in_flight
+            ):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"chaos run did not drain within {self.o.timeout_s:.0f}s")
+
+    def _kill(self, c: Component) -> None:
+        with self.lock:
+            if c.name.startswith("agent/"):
+                node = c.name.split("/", 1)[1]
+                self.t.in_flight_at_kill += sum(1 for n in self.in_flight.values() if n == node)
+        c.kill()
+        self.t.kills[c.name.split("/", 1)[0]] += 1
+
+    def _restart(self, c: Component) -> None:
+        c.start()
+
+    def _suspend_one(self, runtime: PodRuntime) -> None:
+        with self.lock:
+            candidates = [p for p in runtime.running.values() if p.uid not in self.in_flight]
+            if not candidates:
+                return
+            pod = self.rng.choice(candidates)
+            self.in_flight[pod.uid] = pod.node
+        hold = self.rng.uniform(1, 5)
+        thread = threading.Thread(
+            target=self._suspend_resume, args=(runtime, pod, hold), daemon=True
+        )
+        thread.start()
+        self.threads.append(thread)
+
+    def _agent(self, runtime: PodRuntime, node: str, *args: str) -> tuple[bool, str]:
+        argv = [sys.executable, "-m", "rlix.cli.main", "agent", "--socket"]
+        argv += [str(runtime.sockets[node]), "--timeout", "30", *args]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        except subprocess.TimeoutExpired:
+            return False, "timeout"
+        return done.returncode == 0, (done.stdout + done.stderr).strip()
+
+    def _suspend_resume(self, runtime: PodRuntime, pod: Any, hold: float) -> None:
+        ref = f"{pod.namespace}/{pod.name}"
+        try:
+            ok, out = self._agent(runtime, pod.node, "suspend", ref, "--target", "host")
+            if not ok:
+                self.t.suspends_refused[_reason(out)] += 1
+                return
+            self.t.suspends_ok += 1
+            time.sleep(hold)
+            for _ in range(30):  # the agent may be down for a moment: retry until it answers
+                ok, out = self._agent(runtime, pod.node, "resume", ref)
+                if ok:
+                    self.t.resumes_ok += 1
+                    return
+                reason = _reason(out)
+                if reason in ("agent down", "timeout", "no such pod"):
+                    time.sleep(1)
+                    continue
+                self.t.resumes_refused[reason] += 1
+                return
+            self.t.resumes_refused["agent down for 30 tries"] += 1
+        finally:
+            with self.lock:
+                self.in_flight.pop(pod.uid, None)
+
+    # -- invariants -------------------------------------------------------------------
+    def _check(self, view: Any) -> None:
+        for pod in view.pods:
+            meta = pod["metadata"]
+            self.t.uids_by_pod[meta["name"]].add(meta["uid"])
+        promised = 0
+        for job in view.rljobs:
+            if (job.get("status") or {}).get("state") in ("Admitted", "Running"):
+                promised += sum(
+                    int(r.get("replicas", 1)) * int(r.get("gpusPerReplica", 0))
+                    for r in job["spec"]["roles"]
+                )
+        self.t.samples += 1
+        self.t.max_promised = max(self.t.max_promised, promised)
+        if promised > self.capacity:
+            self.t.over_promised_samples += 1
+
+    def verdict(self, kube: Any) -> dict[str, Any]:
+        jobs = kube.rljobs(self.namespace)
+        states = Counter((j.get("status") or {}).get("state") or "Pending" for j in jobs)
+        twice = sorted(n for n, uids in self.t.uids_by_pod.items() if len(uids) > 1)
+        assert self.workdir is not None
+        leftovers = sorted(
+            str(p.relative_to(self.workdir))
+            for p in (self.workdir / "parked").rglob("*")
+            if p.is_file()
+        )
+        mismatches = sum(
+            log.read_text(errors="replace").count("not bit for bit")
+            for log in (self.workdir / "logs").rglob("*.log")
+        )
+        checks = {
+            "every job Succeeded": states.get("Succeeded", 0) == len(self.jobs),
+            "no pod created twice": not twice,
+            "no byte lost (no restore mismatch)": mismatches == 0
+            and not any("mismatch" in r for r in self.t.resumes_refused),
+            "no park file left": not leftovers,
+            "no GPU over-promised": self.t.over_promised_samples == 0,
+        }
+        return {
+            "jobs": len(self.jobs),
+            "job_states": dict(states),
+            "kills": dict(self.t.kills),
+            "suspensions": self.t.suspends_ok,
+            "suspensions_refused": dict(self.t.suspends_refused),
+            "resumes": self.t.resumes_ok,
+            "resumes_refused": dict(self.t.resumes_refused),
+            "suspensions_in_flight_at_agent_kill": self.t.in_flight_at_kill,
+            "pods_created_twice": twice,
+            "park_files_left": leftovers,
+            "restore_mismatches_in_logs": mismatches,
+            "gpus": self.capacity,
+            "max_gpus_promised": self.t.max_promised,
+            "samples_over_promised": self.t.over_promised_samples,
+            "samples": self.t.samples,
+            "checks": checks,
+        }
+
+    def _summary(self, kube: Any) -> dict[str, Any]:
+        for thread in self.threads:
+            thread.join(timeout=90)
+        return {"demo": super()._summary(kube), "chaos": self.verdict(kube)}
+
+
+def _reason(output: str) -> str:
+    """A short, stable class for a refusal, so the report can count them."""
+    low = output.lower()
+    for needle, reason in (
+        ("no agent socket", "agent down"),
+        ("cannot talk to the agent", "agent down"),
+        ("closed the connection", "agent down"),
+        ("did not answer", "timeout"),
+        ("timeout", "timeout"),
+        ("no process connected", "no such pod"),
+        ("not suspended", "not suspended"),
+        ("already suspended", "already suspended"),
+        ("mismatch", "mismatch"),
+        ("bit for bit", "mismatch"),
+        ("not registered", "nothing registered"),
+        ("nothing to park", "nothing registered"),
+    ):
+        if needle in low:
+            return reason
+    return output.splitlines()[-1][:120] if output else "no output"
+
+
+def report(result: dict[str, Any], argv: list[str]) -> str:
+    c = result["chaos"]
+    lines = [
+        "# Chaos run (make chaos)",
+        "",
+        f"Command: `{' '.join(['.venv/bin/python', 'bench/chaos.py', *argv])}`",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| jobs | {c['jobs']} ({c['job_states']}) |",
+        f"| kills (SIGKILL, then restart) | {c['kills']} |",
+        f"| suspensions in place / refused | {c['suspensions']} / {c['suspensions_refused']} |",
+        f"| resumes / refused | {c['resumes']} / {c['resumes_refused']} |",
+        f"| suspensions in flight when their agent was killed | "
+        f"{c['suspensions_in_flight_at_agent_kill']} |",
+        f"| GPUs / most ever promised | {c['gpus']} / {c['max_gpus_promised']} |",
+        f"| wall time | {result['demo']['wall_s']} s |",
+        "",
+        "| invariant | held |",
+        "|---|---|",
+    ]
+    lines += [f"| {k} | {'yes' if v else 'NO'} |" for k, v in c["checks"].items()]
+    if c["pods_created_twice"]:
+        lines += ["", f"Pods created twice: {', '.join(c['pods_created_twice'][:20])}"]
+    if c["park_files_left"]:
+        lines += ["", f"Park files left: {', '.join(c['park_files_left'][:20])}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--kill-window", type=float, default=300, help="seconds of chaos")
+    ap.add_argument(
+        "--kill-every", type=float, nargs=2, default=(8.0, 20.0), help="seconds between kills"
+    )
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--out", type=Path, default=RESULTS / "chaos.md")
+    args = ap.parse_args(argv)
+    options = DemoOptions(nodes=args.nodes, gpus=args.gpus, timeout_s=args.timeout)
+    chaos = Chaos(options, args)
+    result = chaos.run()
+    text = report(result, argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2, default=list) + "\n")
+    print(text)
+    return 0 if all(result["chaos"]["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Measure how phases of two processes slow each other down on one GPU (tier 5).
+
+    make gpu-check    # runs this after hack/gpu-check.py
+    .venv/bin/python hack/gpu-interference.py [--seconds 4] [--out interference.json]
+
+The simulator models a job's progress on a shared GPU as ``1 / (1 + I[s, t])``
+for a co-runner of shape ``t`` at full pressure (rlix/core/sim/interference.py).
+Its coefficients were taken from published co-location studies; this script
+measures them on the GPU at hand, with three kernels standing in for the
+phase shapes:
+
+* ``compute``: a bf16 GEMM (training's forward/backward, scoring's prefill);
+* ``memory``: a bf16 GEMV with a batch of 8 against a 1 GiB weight matrix,
+  which reads HBM and barely uses the tensor cores (rollout decode);
+* ``network``: host<->device copies of pinned memory (weight sync and parking;
+  with one GPU there is no NVLink peer, so PCIe stands in, and the docs say so).
+
+Two long-lived worker processes (two CUDA contexts, as two pods would have)
+run a shape alone, then every pair at the same time for the same wall-clock
+window; ``I = rate_alone / rate_shared - 1``. Default time-slicing is measured;
+where ``nvidia-cuda-mps-control`` runs, the pairs are measured again under MPS.
+Writes a JSON file the simulator can load and prints a table. Exits 77 without
+a GPU, like hack/gpu-check.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from itertools import combinations_with_replacement
+from pathlib import Path
+from typing import Any
+
+SKIPPED_EXIT = 77
+SHAPES = ("compute", "memory", "network")
+
+
+def _worker(conn: Any) -> None:
+    """One CUDA context; runs a named kernel loop from a common start time."""
+    import torch
+
+    dev = torch.device("cuda:0")
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
+    w = torch.randn(32768, 16384, dtype=torch.bfloat16, device=dev)  # 1 GiB
+    x = torch.randn(16384, 8, dtype=torch.bfloat16, device=dev)
+    host = torch.empty(256 << 20, dtype=torch.uint8, pin_memory=True)
+    dbuf = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+
+    def step(shape: str) -> float:
+        """One unit of work; returns its size in the shape's unit."""
+        if shape == "compute":
+            torch.mm(a, b)
+            return 2 * 8192**3 / 1e12  # TFLOP
+        if shape == "memory":
+            torch.mm(w, x)
+            return w.nbytes / 1e9  # GB of weights read
+        dbuf.copy_(host, non_blocking=True)
+        host.copy_(dbuf, non_blocking=True)
+        return 2 * host.nbytes / 1e9  # GB over the link
+
+    for shape in SHAPES:  # warm-up: kernels chosen, clocks up
+        for _ in range(3):
+            step(shape)
+    torch.cuda.synchronize()
+    conn.send("ready")
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        shape, start, seconds = msg
+        while time.time() < start:
+            time.sleep(0.0005)
+        done, t0 = 0.0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(4):
+                done += step(shape)
+            torch.cuda.synchronize()
+        conn.send(done / (time.perf_counter() - t0))
+
+
+class Workers:
+    def __init__(self, n: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.conns = []
+        self.procs = []
+        for _ in range(n):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(child,), daemon=True)
+            p.start()
+            self.conns.append(parent)
+            self.procs.append(p)
+        for c in self.conns:
+            if not c.poll(180):
+                raise RuntimeError("a worker did not become ready in 180 s")
+            c.recv()
+
+    def run(self, shapes: Sequence[str], seconds: float) -> list[float]:
+        start = time.time() + 0.2
+        for c, s in zip(self.conns, shapes, strict=False):
+            c.send((s, start, seconds))
+        return [c.recv() for c in self.conns[: len(shapes)]]
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.send(None)
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+
+
+def summarise(
+    alone: dict[str, float], shared: dict[tuple[str, str], tuple[float, float]]
+) -> dict[str, Any]:
+    """Slowdowns and combined progress from raw rates (pure: tested without a GPU).
+
+    ``shared[(s, t)]`` holds the rates of ``s`` and ``t`` measured side by side.
+    ``I[v][o] = alone[v] / shared_rate_of_v - 1``; for a same-shape pair the two
+    symmetric runs are averaged.
+    """
+    slowdown: dict[str, dict[str, float]] = {s: {} for s in alone}
+    combined: dict[str, float] = {}
+    for (s, t), (rs, rt) in shared.items():
+        fs, ft = rs / alone[s], rt / alone[t]
+        if s == t:
+            slowdown[s][t] = round((1 / fs + 1 / ft) / 2 - 1, 3)
+        else:
+            slowdown[s][t] = round(1 / fs - 1, 3)
+            slowdown[t][s] = round(1 / ft - 1, 3)
+        combined[f"{s}+{t}"] = round(fs + ft, 3)
+    return {"alone": alone, "slowdown": slowdown, "combined_progress": combined}
+
+
+def measure(seconds: float) -> dict[str, Any]:
+    workers = Workers(2)
+    try:
+        alone = {s: workers.run([s], seconds)[0] for s in SHAPES}
+        shared: dict[tuple[str, str], tuple[float, float]] = {}
+        for s, t in combinations_with_replacement(SHAPES, 2):
+            rs, rt = workers.run([s, t], seconds)
+            shared[(s, t)] = (rs, rt)
+        return summarise(alone, shared)
+    finally:
+        workers.close()
+
+
+@contextmanager
+def mps_daemon() -> Iterator[str | None]:
+    """Start an MPS control daemon for this run; yields None (with why) where none runs."""
+    binary = shutil.which("nvidia-cuda-mps-control") or (
+        "/usr/local/nvidia/bin/nvidia-cuda-mps-control"
+        if Path("/usr/local/nvidia/bin/nvidia-cuda-mps-control").exists()
+        else None
+    )
+    if binary is None:
+        print("MPS: nvidia-cuda-mps-control not found; pairs measured with time-slicing only")
+        yield None
+        return
+    base = Path(tempfile.mkdtemp(prefix="rlix-mps-"))
+    env = dict(
+        os.environ,
+        CUDA_MPS_PIPE_DIRECTORY=str(base / "pipe"),
+        CUDA_MPS_LOG_DIRECTORY=str(base / "log"),
+    )
+    (base / "pipe").mkdir()
+    (base / "log").mkdir()
+    started = subprocess.run(
+        [binary, "-d"], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    if started.returncode != 0:
+        print(f"MPS: the control daemon did not start: {started.stderr.strip()}")
+        yield None
+        return
+    old = {k: os.environ.get(k) for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")}
+    os.environ.update(
+        CUDA_MPS_PIPE_DIRECTORY=env["CUDA_MPS_PIPE_DIRECTORY"],
+        CUDA_MPS_LOG_DIRECTORY=env["CUDA_MPS_LOG_DIRECTORY"],
+    )
+    try:
+        yield binary
+    finally:
+        subprocess.run([binary], input="quit\n", env=env, text=True, timeout=30, check=False)
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def table(result: dict[str, Any], title: str) -> str:
+    units = {"compute": "TFLOP/s", "memory": "GB/s read", "network": "GB/s copied"}
+    lines = [f"{title}", "| shape alone | rate |", "|---|---|"]
+    lines += [f"| {s} | {result['alone'][s]:.1f} {units[s]} |" for s in SHAPES]
+    lines += ["", "| I[victim, co-runner] | " + " | ".join(SHAPES) + " |"]
+    lines += ["|---|" + "---|" * len(SHAPES)]
+    lines += [
+        f"| {v} | " + " | ".join(f"{result['slowdown'][v][o]:.2f}" for o in SHAPES) + " |"
+        for v in SHAPES
+    ]
+    lines += ["", "| pair | combined progress (exclusive = 1.0 each, 2.0 = no interference) |"]
+    lines += ["|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in result["combined_progress"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=4.0, help="window per measurement")
+    ap.add_argument("--out", type=Path, default=Path("interference.json"))
+    ap.add_argument("--no-mps", action="store_true", help="time-slicing only")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+    except ImportError as exc:
+        print(f"gpu-interference: SKIPPED: torch is not installed ({exc})")
+        return SKIPPED_EXIT
+    if not torch.cuda.is_available():
+        print("gpu-interference: SKIPPED: torch sees no CUDA device")
+        return SKIPPED_EXIT
+    report: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "seconds_per_window": args.seconds,
+        "model": "rate_shared = rate_alone / (1 + I[victim, co-runner])",
+        "kernels": {
+            "compute": "bf16 GEMM 8192x8192x8192",
+            "memory": "bf16 GEMV, 32768x16384 weights (1 GiB), batch 8",
+            "network": "pinned host<->device copy, 256 MiB each way (PCIe stands in for NVLink)",
+        },
+    }
+    t0 = time.perf_counter()
+    report["time_slicing"] = measure(args.seconds)
+    print(table(report["time_slicing"], f"time-slicing on {report['gpu']}"))
+    if not args.no_mps:
+        with mps_daemon() as daemon:
+            if daemon is not None:
+                try:
+                    report["mps"] = measure(args.seconds)
+                    print()
+                    print(table(report["mps"], "MPS"))
+                except Exception as exc:
+                    print(f"MPS: measurement failed: {type(exc).__name__}: {exc}")
+                    report["mps_error"] = f"{type(exc).__name__}: {exc}"
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {args.out}; total {time.perf_counter() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
