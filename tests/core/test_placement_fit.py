@@ -13,8 +13,8 @@ from rlix.core.policy.placement import (
     node_load,
     owed_mib,
 )
-from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
 from rlix.core.snapshot import Workload
+from tests.builders.placement import ClusterBuilder, cluster, node, pod
 
 GiB = 1024
 

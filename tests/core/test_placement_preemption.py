@@ -10,8 +10,8 @@ from rlix.core.policy.placement import (
     choose_victims_on,
     victim_units,
 )
-from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
 from rlix.core.snapshot import Workload
+from tests.builders.placement import ClusterBuilder, cluster, node, pod
 
 GiB = 1024
 PREEMPTOR = pod("vip").job("vip").gpus(1).memory(60 * GiB).phase("training").priority(100).build()
