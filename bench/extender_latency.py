@@ -30,17 +30,20 @@ from typing import Any
 
 import httpx
 
-from rlix.core.policy.placement.builders import cluster, node, pod
 from rlix.core.snapshot import ClusterSnapshot
 from rlix.extender.app import create_app
 from rlix.extender.cache import MODIFIED, ClusterCache
-from rlix.extender.testing import (
+
+# The scenario and object builders live with the tests (they never ship).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.builders.objects import (
     extender_args,
     node_object,
     pod_object,
     preemption_args,
     uid_for,
 )
+from tests.builders.placement import cluster, node, pod
 
 PHASES = ["rollout", "scoring", "training", "weight-sync"]
 RESULTS = Path(__file__).parent / "results" / "extender_latency.md"

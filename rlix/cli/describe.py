@@ -7,8 +7,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlix.cli import views
 from rlix.core import names
+from rlix.views import rows as views
 
 DESCRIPTION = """\
 Describe one RLJob: its spec (roles, GPUs, memory per phase, priority), its
@@ -147,7 +147,7 @@ def format_rljob(
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlix.cli.kube import Kube
+    from rlix.views.kube import Kube
 
     try:
         kube = Kube(args.kubeconfig, args.context)

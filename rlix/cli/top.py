@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from rlix.cli import views
+from rlix.views import rows as views
 
 DESCRIPTION = """\
 Show every RLJob with its state, current phase, the phase of each role, GPUs,
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from rlix.cli.kube import Kube
+    from rlix.views.kube import Kube
 
     try:
         kube = Kube(args.kubeconfig, args.context)

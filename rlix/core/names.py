@@ -1,4 +1,4 @@
-"""Names every RLix component shares (see the design brief's "Contracts").
+"""Names every RLix component shares: API group, labels, annotations, scheduler name.
 
 They live in the pure core so the operator, extender, node agent, client library
 and CLI cannot drift apart: each imports the constant instead of spelling it.

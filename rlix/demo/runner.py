@@ -15,8 +15,6 @@ from typing import Any
 
 import yaml
 
-from rlix.cli import views
-from rlix.cli.kube import Kube
 from rlix.core import names
 from rlix.core.crdgen import rljob_crd
 from rlix.demo.components import Components
@@ -26,6 +24,8 @@ from rlix.devcluster import scheduler
 from rlix.devcluster.cluster import ClusterOptions, DevCluster, ExistingCluster
 from rlix.devcluster.processes import free_port, stop_process_group
 from rlix.devcluster.toolchain import bin_dir
+from rlix.views import rows as views
+from rlix.views.kube import Kube
 
 Log = Callable[[str], None]
 FINISHED = ("Succeeded", "Failed")

@@ -73,7 +73,7 @@ class Reconciler:
         elif job.status.state in ACTIVE:
             await self._active(job)
         elif job.status.state is JobState.FAILED:
-            await self._delete_pods(job, keep_finished=True)
+            await self._delete_pods(job)
         self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
     async def _invalid(self, key: str, errors: list[FieldError]) -> None:
@@ -131,7 +131,7 @@ class Reconciler:
         )
         await self.recorder.status(job.key, status, new)
         if state is JobState.SUCCEEDED and status.state is not JobState.SUCCEEDED:
-            await self._delete_pods(job, keep_finished=True)
+            await self._delete_pods(job)
             await self.recorder.event(job.key, "Normal", "Succeeded", "the trainer finished")
             self.store.queue_changed = True
 
@@ -193,15 +193,14 @@ class Reconciler:
         )
         await self.recorder.status(job.key, job.status, new)
         await self.recorder.event(job.key, "Warning", reason, message)
-        await self._delete_pods(job, keep_finished=True)
+        await self._delete_pods(job)
 
-    async def _delete_pods(self, job: RLJob, *, keep_finished: bool) -> None:
+    async def _delete_pods(self, job: RLJob) -> None:
         """Free the GPUs of a finished job; finished pods stay for their logs."""
         doomed = [
             name
             for name, body in self.store.pods_of(job.key).items()
-            if not keep_finished
-            or body.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            if body.get("status", {}).get("phase") not in ("Succeeded", "Failed")
         ]
         await asyncio.gather(*(self.kube.delete_pod(job.namespace, n) for n in doomed))
         if doomed:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rlix.agent.testing import AgentProcess
@@ -22,58 +23,7 @@ from rlix.core import agent_protocol as proto
 UID = "dddddddd-0000-4000-8000-000000000004"
 POD = "team-a/trainer-0"
 
-TRAINER = r"""
-import ctypes, hashlib, json, sys
-import torch
-import rlix
-
-def out(**kw):
-    print(json.dumps(kw), flush=True)
-
-def tensors():
-    ts = [p for p in model.parameters()] + [p.grad for p in model.parameters()]
-    for st in opt.state.values():
-        ts += [v for v in st.values() if isinstance(v, torch.Tensor)]
-    return ts
-
-def digest():
-    h = hashlib.sha256()
-    for t in tensors():
-        h.update(ctypes.string_at(t.data_ptr(), t.nbytes))
-    return h.hexdigest()
-
-def live_bytes():
-    return sum(t.untyped_storage().nbytes() for t in tensors())
-
-def step():
-    opt.zero_grad()
-    model(torch.randn(32, 256, generator=gen)).pow(2).mean().backward()
-    opt.step()
-
-torch.manual_seed(0)
-gen = torch.Generator().manual_seed(1)
-model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64))
-opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-step()  # so the optimizer has state worth parking
-sys.stdin.readline()  # wait until the test has put this PID in a pod
-rlix.register_torch(modules=[model], optimizers=[opt])
-out(event="ready", digest=digest(), live=live_bytes())
-for line in sys.stdin:
-    cmd = line.strip()
-    if cmd == "live":
-        out(event="live", live=live_bytes())
-    elif cmd == "digest":
-        out(event="digest", digest=digest())
-    elif cmd == "connected":
-        out(event="connected", connected=rlix.agent_connected(), suspended=rlix.suspended())
-    elif cmd.startswith("phase "):
-        with rlix.phase(cmd.split()[1]):
-            out(event="in-phase", digest=digest())
-    elif cmd == "train":
-        with rlix.phase("training"):
-            step()
-        out(event="trained", digest=digest())
-"""
+TRAINER = Path(__file__).with_name("_pod_trainer.py")
 
 
 def spawn_in_pod(
@@ -84,9 +34,13 @@ def spawn_in_pod(
     The program reads one line before it talks to the agent; "go" is sent once
     the PID is in the pod, so the agent identifies it as such.
     """
+    return _spawn(agent, ["-c", code, *argv], uid)
+
+
+def _spawn(agent: AgentProcess, args: list[str], uid: str) -> subprocess.Popen[str]:
     env = {**os.environ, "RLIX_AGENT_SOCKET": str(agent.socket)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *argv],
+        [sys.executable, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -113,7 +67,7 @@ def close_process(proc: subprocess.Popen[str]) -> None:
 
 class Trainer:
     def __init__(self, agent: AgentProcess, uid: str) -> None:
-        self.proc = spawn_in_pod(agent, TRAINER, uid=uid)
+        self.proc = _spawn(agent, [str(TRAINER)], uid)
         try:
             self.ready = self.read()
         except BaseException:

@@ -17,9 +17,9 @@ import yaml
 from rlix.cli import replay as replay_cli
 from rlix.cli.main import main
 from rlix.core.policy.placement import PlacementView, filter_nodes, score_nodes, snapshot_to_doc
-from rlix.core.policy.placement.builders import cluster, node, pod
 from rlix.core.snapshot import ClusterSnapshot, Workload
-from rlix.extender.testing import pod_object
+from tests.builders.objects import pod_object
+from tests.builders.placement import cluster, node, pod
 
 GiB = 1024
 

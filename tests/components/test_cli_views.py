@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from rlix.cli import describe, views
+from rlix.cli import describe
 from rlix.core import names
+from rlix.views import rows as views
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -9,11 +9,11 @@ from typing import Any
 import httpx
 import pytest
 
-from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
 from rlix.extender.app import create_app
 from rlix.extender.cache import ADDED, ClusterCache
 from rlix.extender.replay import replay
-from rlix.extender.testing import extender_args, node_object, pod_object, preemption_args, uid_for
+from tests.builders.objects import extender_args, node_object, pod_object, preemption_args, uid_for
+from tests.builders.placement import ClusterBuilder, cluster, node, pod
 
 GiB = 1024
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}

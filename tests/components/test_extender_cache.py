@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlix.core.policy.placement import PlacementView
-from rlix.core.policy.placement.builders import node, pod
 from rlix.extender.cache import ADDED, DELETED, MODIFIED, ClusterCache
-from rlix.extender.testing import node_object, pod_object, uid_for
+from tests.builders.objects import node_object, pod_object, uid_for
+from tests.builders.placement import node, pod
 
 
 def test_only_bound_live_pods_are_kept() -> None:

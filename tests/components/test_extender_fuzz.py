@@ -15,10 +15,10 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlix.core.policy.placement.builders import cluster, node, pod
 from rlix.extender.app import create_app
 from rlix.extender.cache import ADDED, ClusterCache
-from rlix.extender.testing import node_object, pod_object
+from tests.builders.objects import node_object, pod_object
+from tests.builders.placement import cluster, node, pod
 
 NODES = ["n0", "n1", "n2"]
 SAFETY_NET = "could not handle"

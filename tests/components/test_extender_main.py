@@ -9,8 +9,8 @@ import sys
 import time
 import urllib.request
 
-from rlix.core.policy.placement.builders import pod
-from rlix.extender.testing import extender_args, pod_object
+from tests.builders.objects import extender_args, pod_object
+from tests.builders.placement import pod
 
 
 def free_port() -> int:

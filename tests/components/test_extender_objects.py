@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from rlix.core.phases import Phase
-from rlix.core.policy.placement.builders import node, pod
 from rlix.extender.objects import (
     ObjectError,
     node_from_object,
@@ -15,7 +14,8 @@ from rlix.extender.objects import (
     pod_gpus,
     pod_to_workload,
 )
-from rlix.extender.testing import node_object, pod_object
+from tests.builders.objects import node_object, pod_object
+from tests.builders.placement import node, pod
 
 
 def test_pod_round_trips_through_its_object() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from rlix.core.policy.placement import SnapshotDocumentError, snapshot_to_doc
-from rlix.core.policy.placement.builders import cluster, node, pod
 from rlix.core.policy.placement.documents import workload_to_doc
 from rlix.extender.objects import ObjectError
 from rlix.extender.replay import replay
-from rlix.extender.testing import pod_object
+from tests.builders.objects import pod_object
+from tests.builders.placement import cluster, node, pod
 
 GiB = 1024
 SNAP = (

@@ -23,7 +23,7 @@ from rlix.core.sim.schedulers import rlix
 from rlix.core.snapshot import ClusterSnapshot, Workload
 from rlix.extender.app import create_app
 from rlix.extender.cache import ADDED, ClusterCache
-from rlix.extender.testing import extender_args, node_object, pod_object
+from tests.builders.objects import extender_args, node_object, pod_object
 
 
 def _post(app: Any, verb: str, body: bytes) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlix.core import placement
+from rlix.core.policy import placement
 
 EXPECTED = {
     "FilterOutcome", "Fit", "GPULoad", "NodeLoad", "NodeScore", "PlacementView",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rlix.core.policy.placement import SnapshotDocumentError, snapshot_from_doc, snapshot_to_doc
-from rlix.core.policy.placement.builders import cluster, node, pod
+from tests.builders.placement import cluster, node, pod
 
 
 def sample() -> Any:

@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 
 from rlix.core.phases import Phase
-from rlix.core.policy.placement import PlacementView, filter_nodes, fit, next_phase, node_load, owed_mib
-from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
+from rlix.core.policy.placement import (
+    PlacementView,
+    filter_nodes,
+    fit,
+    next_phase,
+    node_load,
+    owed_mib,
+)
 from rlix.core.snapshot import Workload
+from tests.builders.placement import ClusterBuilder, cluster, node, pod
 
 GiB = 1024
 
@@ -181,7 +188,7 @@ def test_without_matches_a_fresh_load_of_the_remaining_pods() -> None:
 
 
 def test_memo_per_node_stays_bounded() -> None:
-    from rlix.core.policy.placement.loads import MEMO_LIMIT
+    from rlix.core.policy.placement.memo import MEMO_LIMIT
 
     load = node_load(node("n").gpus(2).build(), ())
     for mib in range(1, 5 * MEMO_LIMIT):

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rlix.core.policy.placement import PlacementView, choose_victims, choose_victims_on, victim_units
-from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
+from rlix.core.policy.placement import (
+    PlacementView,
+    choose_victims,
+    choose_victims_on,
+    victim_units,
+)
 from rlix.core.snapshot import Workload
+from tests.builders.placement import ClusterBuilder, cluster, node, pod
 
 GiB = 1024
 PREEMPTOR = pod("vip").job("vip").gpus(1).memory(60 * GiB).phase("training").priority(100).build()

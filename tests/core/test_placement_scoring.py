@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from rlix.core.phases import Phase
 from rlix.core.policy.placement import PlacementView, likely_phase, score_nodes, score_values
-from rlix.core.policy.placement.builders import ClusterBuilder, PodBuilder, cluster, node, pod
 from rlix.core.policy.placement.scoring import NodeScore, complement, interleave
+from tests.builders.placement import ClusterBuilder, PodBuilder, cluster, node, pod
 
 GiB = 1024
 

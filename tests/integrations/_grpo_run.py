@@ -183,12 +183,16 @@ def main() -> int:
     digest = hashlib.sha256()
     for _, p in sorted(trainer.model.named_parameters()):
         digest.update(p.detach().clone().numpy().tobytes())
+    phases: list[str] = []
+    if tap is not None:
+        rlix.configure(None)  # close the link, so the tap has read every message sent
+        phases = tap.phases()
     out(
         event="result",
         losses=losses,
         rewards=[h.get("reward") for h in trainer.state.log_history if "loss" in h],
         digest=digest.hexdigest(),
-        phases=tap.phases() if tap else [],
+        phases=phases,
     )
     return 0
 

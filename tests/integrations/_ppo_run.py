@@ -141,7 +141,11 @@ def main() -> int:  # noqa: PLR0915
     final = digest()
     algo.stop()
     ray.shutdown()
-    out(event="result", losses=losses, digest=final, phases=tap.phases() if tap else [])
+    phases: list[str] = []
+    if tap is not None:
+        rlix.configure(None)  # close the link, so the tap has read every message sent
+        phases = tap.phases()
+    out(event="result", losses=losses, digest=final, phases=phases)
     return 0
 
 

@@ -6,6 +6,13 @@ sequence a trainer reported cannot be read back from it. The relay runs as a
 thread of the trainer, so the agent still authenticates the trainer's own PID
 (SO_PEERCRED) and sees nothing different; suspend/resume requests flow back
 through it unchanged.
+
+Read the record only after the client has closed its connection
+(``rlix.configure(None)``): the client's send returns once the bytes are in the
+socket, before a relay thread has read them, so a record read while the
+connection is open can miss the last messages (the final ``idle`` of a run).
+:meth:`Wiretap.phases` therefore waits until every relayed connection has
+reached its end.
 """
 
 from __future__ import annotations
@@ -21,15 +28,22 @@ class Wiretap:
     def __init__(self, upstream: str, path: str) -> None:
         self.upstream = upstream
         self.sent: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._open = 0  # client connections whose messages are still being read
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(path)
         self._server.listen(8)
         self.path = path
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def phases(self) -> list[str]:
+    def phases(self, timeout: float = 60.0) -> list[str]:
+        """The phases the client reported, once it has closed its connection."""
         with self._lock:
+            if not self._lock.wait_for(lambda: self._open == 0, timeout):
+                raise TimeoutError(
+                    "the client still holds its connection to the wiretap: "
+                    "call rlix.configure(None) before reading the phases"
+                )
             return [m["phase"] for m in self.sent if m.get("op") == "phase"]
 
     def _accept(self) -> None:
@@ -42,6 +56,8 @@ class Wiretap:
                 client.close()  # the client reconnects with backoff
                 agent.close()
                 continue
+            with self._lock:
+                self._open += 1
             threading.Thread(target=self._pump, args=(client, agent, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(agent, client, False), daemon=True).start()
 
@@ -61,3 +77,7 @@ class Wiretap:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+            if record:
+                with self._lock:
+                    self._open -= 1
+                    self._lock.notify_all()

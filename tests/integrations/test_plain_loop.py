@@ -28,21 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "plain_pytorch_loop.py"
 STEPS = 4
 
-WRAPPER = """
-import atexit, json, runpy, sys
-sys.path.insert(0, {here!r})
-from _wiretap import Wiretap
-import rlix
-workdir, sock, *args = sys.argv[1:]
-sys.stdin.readline()  # the test has put this PID in a pod
-tap = Wiretap(sock, workdir + "/tap.sock")
-rlix.configure(tap.path)
-atexit.register(
-    lambda: print(json.dumps({{"event": "phases", "phases": tap.phases()}}), flush=True)
-)
-sys.argv = [{example!r}, *args]
-runpy.run_path({example!r}, run_name="__main__")
-"""
+SCRIPT = Path(__file__).with_name("_plain_loop_run.py")
 
 
 def test_plain_loop_reports_phases_and_resumes_to_the_same_losses(tmp_path: Path) -> None:
@@ -58,11 +44,9 @@ def test_plain_loop_reports_phases_and_resumes_to_the_same_losses(tmp_path: Path
     expected = [json.loads(line)["loss"] for line in plain.stdout.splitlines()]
     assert len(expected) == STEPS
 
-    script = tmp_path / "wrapper.py"
-    script.write_text(WRAPPER.format(here=str(Path(__file__).parent), example=str(EXAMPLE)))
     with AgentProcess(tmp_path / "agent", pods={UID: POD}) as agent:
         workdir = tmp_path / "run"
-        run = Run(script, workdir, str(agent.socket), "--steps", str(STEPS), "--wait-between-steps")
+        run = Run(SCRIPT, workdir, str(agent.socket), "--steps", str(STEPS), "--wait-between-steps")
         try:
             agent.put_in_pod(run.proc.pid, UID)
             run.say("go")

@@ -16,8 +16,8 @@ import heapq
 from collections import Counter
 from collections.abc import Callable
 
-from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.phases import Phase
+from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
 from rlix.core.sim.interference import slowdown_table
@@ -40,6 +40,8 @@ def _dominates(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
 
 
 class Simulation:
+    """One run of a mix under a scheduler; ``preempting`` reaches it as a ``preempting.Engine``."""
+
     def __init__(
         self,
         mix: Mix,
@@ -78,7 +80,8 @@ class Simulation:
         self.preempt_failed_at: dict[tuple[int, int, int, int], tuple[int, int]] = {}
         self.done = 0
         self.events = 0
-        self.recorder = Recorder(self, min(min(r.profile.memory_mib.values()) for r in self.runs))
+        smallest = min(min(r.profile.memory_mib.values()) for r in self.runs)
+        self.recorder = Recorder(self.cluster, self.runs, self.config.memory_mib, smallest)
 
     # -- event plumbing ------------------------------------------------------
     def _push(self, t: float, kind: int, job: int = -1, version: int = 0) -> None:
@@ -109,7 +112,9 @@ class Simulation:
                 self._schedule(t)
             if self.progress is not None and self.events % 20000 == 0:
                 self.progress(t, self.done, total)
-        return self.recorder.result()
+        return self.recorder.result(
+            mix=self.mix.name, scheduler=self.scheduler.name, events=self.events
+        )
 
     # -- job dynamics ----------------------------------------------------------
     def _ready(self, run: Run, t: float) -> None:
@@ -218,7 +223,9 @@ class Simulation:
         return 1.0 / (1.0 + worst)
 
     # -- starting and stopping jobs --------------------------------------------
-    def _start(self, run: Run, placements: list[tuple[int, tuple[int, ...]]], t: float) -> None:
+    def start(self, run: Run, admission: Admission, t: float) -> None:
+        """Put ``run`` on the GPUs ``admission`` chose; it loads, then runs."""
+        placements = [(self.cluster.index[p.node], p.gpus) for p in admission.placements]
         if run.timeline is None:
             run.timeline = run.profile.timeline(self.config.seed)
         if run.started is None:
@@ -236,8 +243,8 @@ class Simulation:
         run.delay = 0.0
         self._refresh(self._neighbours(run), t)
 
-    def _stop(self, run: Run, t: float) -> set[int]:
-        """Take ``run`` off its GPUs (its progress as of ``t``); returns its neighbours."""
+    def stop(self, run: Run, t: float) -> None:
+        """Take ``run`` off its GPUs (its progress as of ``t``) and re-plan its neighbours."""
         self.released += 1
         neighbours = self._neighbours(run)
         if run.state is State.RUNNING:
@@ -248,16 +255,13 @@ class Simulation:
         run.version += 1
         run.rate, run.stepping = 0.0, False
         run.preempted += 1
-        return neighbours
+        self._refresh(neighbours, t)
 
     # -- scheduling ----------------------------------------------------------------
-    def _key(self, run: Run) -> tuple[float, float, int]:
+    def queue_key(self, run: Run) -> tuple[float, float, int]:
         if self.scheduler.order is QueueOrder.FIFO:
             return (0.0, run.spec.arrival_s, run.id)
         return (-run.spec.priority, run.spec.arrival_s, run.id)
-
-    def _shape(self, run: Run) -> tuple[int, int, int]:
-        return self.shapes[run.id]
 
     def _schedule(self, t: float) -> None:
         if self.suspended:
@@ -267,7 +271,7 @@ class Simulation:
         # nothing has been released since (an arrival alone frees nothing).
         blocked = {s: self.failed_at.get(s) == self.released for s in waiting}
         preempts = self.scheduler.preemption is not Preemption.NONE
-        for jid in sorted(self.queue, key=lambda i: self._key(self.runs[i])):
+        for jid in sorted(self.queue, key=lambda i: self.queue_key(self.runs[i])):
             run = self.runs[jid]
             shape = self.shapes[jid]
             placed = False
@@ -294,7 +298,7 @@ class Simulation:
     def _victims_exist(self, run: Run) -> bool:
         return any(n > 0 and p < run.spec.priority for p, n in self.running_priorities.items())
 
-    def _request(self, run: Run, t: float) -> GangRequest:
+    def request(self, run: Run, t: float) -> GangRequest:
         run.placements = []
         return GangRequest(
             run.spec.name,
@@ -303,21 +307,18 @@ class Simulation:
             tuple(pods_of(run, t, self.cluster)),
         )
 
-    def _placements(self, admission: Admission) -> list[tuple[int, tuple[int, ...]]]:
-        return [(self.cluster.index[p.node], p.gpus) for p in admission.placements]
-
     def _try_place(self, run: Run, t: float) -> bool:
         low = min(run.profile.memory_mib.values())
         nodes = self.cluster.candidates(run.spec.gpus_per_pod, low, self.config.candidates)
         if not nodes or (not self.policy.shares_gpus and len(nodes) < run.spec.pods):
             return False
         snapshot = self.cluster.snapshot(nodes, self.runs, t)
-        request = self._request(run, t)
+        request = self.request(run, t)
         admission, _ = place_gang(snapshot, request, self.policy)
         if self.trace is not None:
             self.trace(DecisionRecord(t, "admit", snapshot, request, admission))
         if admission.admitted:
-            self._start(run, self._placements(admission), t)
+            self.start(run, admission, t)
         return admission.admitted
 
 

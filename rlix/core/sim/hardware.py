@@ -28,12 +28,12 @@ TRAIN_MFU: Final = 0.35
 SCORE_MFU: Final = 0.45
 DECODE_BW_EFFICIENCY: Final = 0.6
 
-# Host link floors measured on PCIe Gen5 x16 (design brief "Floors").
+# Host link floors measured on PCIe Gen5 x16 with pinned host memory.
 PCIE_D2H_BYTES_PER_S: Final = 53 * GB
 PCIE_H2D_BYTES_PER_S: Final = 40 * GB  # midpoint of the measured 35-50 GB/s
 # NVLink 4 on H100/H200: 900 GB/s both directions together, 450 GB/s each way.
 NVLINK_ONE_WAY_BYTES_PER_S: Final = 450 * GB
-# Published suspend tools (design brief): cuda-checkpoint 6-8 GB/s, vLLM sleep
+# Published suspend tools' throughput: cuda-checkpoint 6-8 GB/s, vLLM sleep
 # level 1 about 1.5-2 GB/s. Used by the "slow suspend" sensitivity run.
 CUDA_CHECKPOINT_BYTES_PER_S: Final = 7 * GB
 VLLM_SLEEP_BYTES_PER_S: Final = 2 * GB

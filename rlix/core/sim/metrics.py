@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from rlix.core.sim.cluster import Cluster
 from rlix.core.sim.runs import Run, State
 from rlix.core.sim.workload import ITERATION_PHASES, SEGMENTS_PER_ITERATION
-
-if TYPE_CHECKING:
-    from rlix.core.sim.engine import Simulation
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,15 @@ def percentile(values: list[float], q: float) -> float:
 
 @dataclass
 class Recorder:
-    sim: Simulation
+    """Samples a running simulation and turns the samples into a ``SimResult``.
+
+    It reads the cluster and the runs the engine mutates, never the engine
+    itself: the engine owns the recorder, not the other way round.
+    """
+
+    cluster: Cluster
+    runs: list[Run]
+    memory_mib: int  # per GPU
     smallest_pod_mib: int
     bytes_moved: float = 0.0
     preemptions: int = 0
@@ -99,8 +104,7 @@ class Recorder:
         return run.timeline.demands[seg] * rate, max(mem[phase], mem[coming])
 
     def sample(self, t: float) -> None:
-        sim = self.sim
-        cluster, cap = sim.cluster, sim.config.memory_mib
+        cluster, cap = self.cluster, self.memory_mib
         cache: dict[int, tuple[float, int]] = {}
         busy = allocated = stranded = 0.0
         for node in cluster.occupied:
@@ -111,7 +115,7 @@ class Recorder:
                 demand = owed = 0.0
                 for j in holders:
                     if j not in cache:
-                        cache[j] = self._job_state(sim.runs[j], t)
+                        cache[j] = self._job_state(self.runs[j], t)
                     d, o = cache[j]
                     demand += d
                     owed += o
@@ -122,9 +126,8 @@ class Recorder:
         total = cluster.total_gpus
         self.samples.append((t, busy / total, allocated / total, stranded / (total * cap)))
 
-    def result(self) -> SimResult:
-        sim = self.sim
-        runs = sim.runs
+    def result(self, *, mix: str, scheduler: str, events: int) -> SimResult:
+        runs = self.runs
         ended = [r for r in runs if r.ended is not None]
         makespan = max((r.ended or 0.0) for r in ended) if ended else 0.0
         first = min((r.spec.arrival_s for r in runs), default=0.0)
@@ -133,10 +136,10 @@ class Recorder:
         span_h = max(makespan - first, 1e-9) / 3600
         n = max(len(inside), 1)
         return SimResult(
-            mix=sim.mix.name,
-            scheduler=sim.scheduler.name,
+            mix=mix,
+            scheduler=scheduler,
             jobs=len(ended),
-            gpus=sim.cluster.total_gpus,
+            gpus=self.cluster.total_gpus,
             makespan_s=makespan,
             gpu_idle=1.0 - sum(s[1] for s in inside) / n,
             throughput_per_h=len(ended) / span_h,
@@ -147,7 +150,7 @@ class Recorder:
             bytes_moved=self.bytes_moved,
             suspended_h=sum(r.suspended_s for r in runs) / 3600,
             lost_work_gpu_h=sum(r.lost_s * r.spec.gpus for r in runs) / 3600,
-            events=sim.events,
+            events=events,
             jct_s=tuple(jct),
             series=tuple((s[0], s[1], s[2]) for s in inside),
             work_gpu_s=self.work_gpu_s,

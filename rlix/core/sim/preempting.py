@@ -5,29 +5,65 @@ Suspension (RLix) parks the victim's device memory in host RAM and restores it
 later; nothing is lost, but the victim can only come back where its memory is
 (host RAM is node-local). Victims are chosen by the scheduler's policy, never
 here: this module only carries the decision out and accounts for the bytes.
+
+It sees the simulation only through ``Engine``, the few things it may read and
+change, so it does not import the engine (which imports it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
-from rlix.core.policy.admission import Admission, bind, place_pod
+from rlix.core.policy.admission import Admission, GangRequest, bind, place_pod
+from rlix.core.policy.port import PlacementPolicy
 from rlix.core.sim import hardware as hw
-from rlix.core.sim.records import RESUME_RETRY_S, DecisionRecord
+from rlix.core.sim.cluster import Cluster
+from rlix.core.sim.metrics import Recorder
+from rlix.core.sim.records import RESUME_RETRY_S, DecisionRecord, SimConfig
 from rlix.core.sim.runs import Run, State
-from rlix.core.sim.schedulers import Preemption
+from rlix.core.sim.schedulers import Preemption, Scheduler
 from rlix.core.sim.workload import SEGMENTS_PER_ITERATION
 from rlix.core.snapshot import ClusterSnapshot
 
-if TYPE_CHECKING:
-    from rlix.core.sim.engine import Simulation
+
+class Engine(Protocol):
+    """What preempting and resuming read and change in a running simulation."""
+
+    runs: list[Run]
+    cluster: Cluster
+    config: SimConfig
+    policy: PlacementPolicy
+    scheduler: Scheduler
+    trace: Callable[[DecisionRecord], None] | None
+    recorder: Recorder
+    queue: dict[int, None]  # waiting to be placed, in insertion order
+    suspended: dict[int, None]  # parked, waiting to come back
+    # job -> (its nodes' release counters, time) of its last failed resume
+    resume_failed_at: dict[int, tuple[tuple[int, ...], float]]
+
+    def queue_key(self, run: Run) -> tuple[float, float, int]:
+        """The order in which waiting (and parked) jobs are considered."""
+        ...
+
+    def request(self, run: Run, t: float) -> GangRequest:
+        """The gang request ``run`` makes at ``t`` (its placements forgotten)."""
+        ...
+
+    def start(self, run: Run, admission: Admission, t: float) -> None:
+        """Put ``run`` on the GPUs ``admission`` chose; it loads, then runs."""
+        ...
+
+    def stop(self, run: Run, t: float) -> None:
+        """Take ``run`` off its GPUs as of ``t`` and re-plan its neighbours."""
+        ...
 
 
-def evict(sim: Simulation, run: Run, t: float) -> None:
+def evict(sim: Engine, run: Run, t: float) -> None:
     """Kill the job; it restarts from its last checkpoint (baseline b)."""
     assert run.timeline is not None
     was_running = run.state is State.RUNNING
-    sim._refresh(sim._stop(run, t), t)
+    sim.stop(run, t)
     if was_running:
         iteration = min(int(run.segment_at(t) // SEGMENTS_PER_ITERATION), run.spec.iterations - 1)
         kept = run.timeline.iteration_start(iteration // run.spec.ckpt_every * run.spec.ckpt_every)
@@ -41,12 +77,12 @@ def evict(sim: Simulation, run: Run, t: float) -> None:
     sim.queue[run.id] = None
 
 
-def suspend(sim: Simulation, run: Run, t: float) -> float:
+def suspend(sim: Engine, run: Run, t: float) -> float:
     """Park the job's device memory in host RAM; returns the copy time."""
     phase = run.phase_at(t) if run.state is State.RUNNING else None
     per_gpu = run.profile.memory_mib[phase] if phase else max(run.profile.memory_mib.values())
     nbytes = per_gpu * hw.MIB
-    sim._refresh(sim._stop(run, t), t)
+    sim.stop(run, t)
     run.state, run.suspended_at = State.SUSPENDED, t
     run.parked_bytes = nbytes * run.spec.gpus
     run.delay = nbytes / sim.config.restore_bytes_per_s
@@ -55,7 +91,7 @@ def suspend(sim: Simulation, run: Run, t: float) -> float:
     return nbytes / sim.config.suspend_bytes_per_s
 
 
-def try_resume(sim: Simulation, t: float) -> None:
+def try_resume(sim: Engine, t: float) -> None:
     """Bring parked jobs back on their own node(s), where the policy finds room.
 
     Host memory is node-local, so a parked pod returns to the node it left;
@@ -64,7 +100,7 @@ def try_resume(sim: Simulation, t: float) -> None:
     left one of its nodes, and at least every ``RESUME_RETRY_S`` (residents'
     phase changes also free memory, and an operator reconciles periodically).
     """
-    order = sorted(sim.suspended, key=lambda i: sim._key(sim.runs[i]))
+    order = sorted(sim.suspended, key=lambda i: sim.queue_key(sim.runs[i]))
     for jid in order:
         run = sim.runs[jid]
         homes = [node for node, _ in run.placements]
@@ -73,7 +109,7 @@ def try_resume(sim: Simulation, t: float) -> None:
         if last is not None and last[0] == epoch and t - last[1] < RESUME_RETRY_S:
             continue
         snapshot = sim.cluster.snapshot(homes, sim.runs, t)
-        request = sim._request(run, t)
+        request = sim.request(run, t)
         trial, placed = snapshot, []
         for pod, home in zip(request.pods, homes, strict=True):
             name = sim.cluster.names[home]
@@ -93,10 +129,10 @@ def try_resume(sim: Simulation, t: float) -> None:
         del sim.suspended[jid]
         run.suspended_s += t - run.suspended_at
         sim.recorder.bytes_moved += run.parked_bytes
-        sim._start(run, sim._placements(admission), t)
+        sim.start(run, admission, t)
 
 
-def try_preempt(sim: Simulation, run: Run, t: float) -> bool:
+def try_preempt(sim: Engine, run: Run, t: float) -> bool:
     """Place the gang after taking lower-priority jobs off some nodes."""
     low = min(run.profile.memory_mib.values())
     limit = sim.config.candidates
@@ -111,7 +147,7 @@ def try_preempt(sim: Simulation, run: Run, t: float) -> bool:
         if r.spec.preemptible:
             nodes.update(dict.fromkeys(n for n, _ in r.placements))
     snapshot = sim.cluster.snapshot(nodes, sim.runs, t)
-    request = sim._request(run, t)
+    request = sim.request(run, t)
     trial, victims, placed = snapshot, set(), []
     for pod in request.pods:
         placement, _ = place_pod(trial, pod, sim.policy)
@@ -149,5 +185,5 @@ def try_preempt(sim: Simulation, run: Run, t: float) -> bool:
         else:
             evict(sim, victim, t)
     run.delay += wait
-    sim._start(run, sim._placements(admission), t)
+    sim.start(run, admission, t)
     return True

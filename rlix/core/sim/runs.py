@@ -83,10 +83,6 @@ class Run:
     def phase_at(self, t: float) -> Phase:
         return self.phase_of(self.segment_at(t)) if self.timeline else Phase.ROLLOUT
 
-    def is_active(self) -> bool:
-        """Running with its memory on its GPUs (not loading, not parked)."""
-        return self.state is State.RUNNING
-
     @property
     def gpus(self) -> int:
         return self.spec.gpus

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from rlix.core.phases import ITERATION_ORDER, Phase
+from rlix.core.policy.placement.memo import LoadMemo
 from rlix.core.snapshot import Node, Workload
-
-MEMO_LIMIT = 64  # memoised answers kept per node load (a few per pod shape)
 
 
 def next_phase(phase: Phase | None) -> Phase | None:
@@ -100,7 +98,7 @@ def _holds(capacity_mib: int, owed: int, has_residents: bool, demand_mib: int) -
 class NodeLoad:
     """A node with its per-GPU debts; built once per change and reused.
 
-    ``memo`` caches answers derived from this (immutable) load, such as "which
+    ``memo`` keeps answers derived from this (immutable) load, such as "which
     GPUs hold 30 GiB"; the extender asks the same questions for thousands of
     nodes per call, and only nodes touched by a watch event get a new load.
     """
@@ -110,30 +108,21 @@ class NodeLoad:
     residents: tuple[Workload, ...]
     capacity_mib: int = 0  # the largest GPU's memory (a node's GPUs are normally identical)
     empty_gpus: int = 0  # GPUs nobody holds
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def remember(self, key: Any, value: Any) -> None:
-        """Memoise ``value``; the memo is bounded because an idle node's load can
-        live for days while pods of ever new shapes ask about it."""
-        if len(self.memo) >= MEMO_LIMIT:
-            self.memo.clear()
-        self.memo[key] = value
+    memo: LoadMemo = field(default_factory=LoadMemo, compare=False, repr=False)
 
     def holdable(self, demand_mib: int) -> tuple[int, ...]:
         """Positions (into ``gpus``) of GPUs that can take ``demand_mib`` (0 = whole GPU)."""
-        key = ("hold", demand_mib)
-        found: tuple[int, ...] | None = self.memo.get(key)
+        found = self.memo.holdable.get(demand_mib)
         if found is None:
             found = tuple(p for p, g in enumerate(self.gpus) if g.can_hold(demand_mib))
-            self.remember(key, found)
+            self.memo.remember(self.memo.holdable, demand_mib, found)
         return found
 
     def jobs(self) -> frozenset[str]:
         """Jobs with a pod on this node (memoised: asked for every node, every call)."""
-        found: frozenset[str] | None = self.memo.get(("jobs",))
+        found = self.memo.jobs
         if found is None:
-            found = frozenset(r.job for r in self.residents)
-            self.remember(("jobs",), found)
+            found = self.memo.jobs = frozenset(r.job for r in self.residents)
         return found
 
     def holdable_for(self, demand_mib: int, job: str) -> tuple[int, ...]:
@@ -146,11 +135,11 @@ class NodeLoad:
         found = self.holdable(demand_mib)
         if not job or job not in self.jobs():
             return found
-        key = ("hold-job", demand_mib, job)
-        own: tuple[int, ...] | None = self.memo.get(key)
+        key = (demand_mib, job)
+        own = self.memo.holdable_for_job.get(key)
         if own is None:
             own = tuple(p for p in found if all(r.job != job for r in self.gpus[p].residents))
-            self.remember(key, own)
+            self.memo.remember(self.memo.holdable_for_job, key, own)
         return own
 
 

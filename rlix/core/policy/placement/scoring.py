@@ -44,6 +44,7 @@ from typing import NamedTuple
 from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
 from rlix.core.policy.placement.fit import pod_demand_mib
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad
+from rlix.core.policy.placement.memo import ShapeKey, SharedTerms
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -172,31 +173,26 @@ class _PodContext:
         return min(1.0, (here + DOMAIN_CREDIT * near) / self.peers_total)
 
 
-# (complement, interleave, packing, chosen GPU indices), memoised per load.
-_Shared = tuple[float, float, float, tuple[int, ...]]
-
-
 def _shared_terms(
     load: NodeLoad, phase: Phase | None, demand: int, gpus: int, job: str = ""
-) -> _Shared | None:
+) -> SharedTerms | None:
     """The terms that depend only on the node's load and the pod's shape.
 
     Memoised on the (immutable) load: identical pods (a role's replicas, a
     gang's members) and repeated calls reuse them; None when the pod does not fit.
     """
     own = bool(job) and job in load.jobs()
-    key = ("score", phase, demand, gpus, job if own else "")
-    if key in load.memo:
-        cached: _Shared | None = load.memo[key]
-        return cached
+    memo = load.memo
+    key: ShapeKey = (phase, demand, gpus, job if own else "")
+    if key in memo.terms:
+        return memo.terms[key]
     positions = load.holdable_for(demand, job)
-    result: _Shared | None = None
+    result: SharedTerms | None = None
     if len(positions) >= gpus:
-        pairs_key = ("pairs", phase)
-        pairs = load.memo.get(pairs_key)
+        pairs = memo.pairs.get(phase)
         if pairs is None:
             pairs = tuple(_pair_terms(phase, g) for g in load.gpus)
-            load.remember(pairs_key, pairs)
+            memo.remember(memo.pairs, phase, pairs)
         ranked = sorted(
             positions,
             key=lambda p: (
@@ -218,8 +214,7 @@ def _shared_terms(
             tight = NEUTRAL
         pack = 0.7 * pack_gpus + 0.3 * tight
         result = (comp, inter, pack, tuple(g.index for g in chosen))
-    load.remember(key, result)
-    return result
+    return memo.remember(memo.terms, key, result)
 
 
 def score_load(view: PlacementView, pod: Workload, load: NodeLoad) -> NodeScore:
@@ -276,8 +271,7 @@ def _base(
         + WEIGHT_INTERLEAVE * shared[1]
         + WEIGHT_PACKING * shared[2]
     )
-    load.remember(("base", phase, demand, gpus, job), base)
-    return base
+    return load.memo.remember(load.memo.base, (phase, demand, gpus, job), base)
 
 
 def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> dict[str, int]:
@@ -320,9 +314,9 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
             out[name] = 0
             continue
         job = pod.job if name in ctx.peers_here else ""
-        key = ("base", phase, found[0], gpus, job)
-        memo = load.memo
-        base = memo[key] if key in memo else _base(load, phase, found[0], gpus, job)
+        key = (phase, found[0], gpus, job)
+        bases = load.memo.base
+        base = bases[key] if key in bases else _base(load, phase, found[0], gpus, job)
         if base is None:
             out[name] = 0
             continue

@@ -1,4 +1,4 @@
-"""The CLI's only door to the API server: list the objects the views need, as dicts."""
+"""The CLI's and the demo's door to the API server: the objects the views need, as dicts."""
 
 from __future__ import annotations
 

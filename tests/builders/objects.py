@@ -1,8 +1,9 @@
 """Kubernetes objects and extender requests for tests, benchmarks and e2e.
 
-Turns the core builders' Workload/Node into the Pod/Node JSON a watch delivers
-and the ExtenderArgs JSON kube-scheduler sends, so tests feed the app exactly
-what production feeds it. Public on purpose (like ``kopf.testing``).
+Turns the placement builders' Workload/Node into the Pod/Node JSON a watch
+delivers and the ExtenderArgs JSON kube-scheduler sends, so tests feed the app
+exactly what production feeds it. Test-only: it lives with the tests, not in
+the package.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fluent builders for placement scenarios (tests, benchmarks, the simulator).
+"""Fluent builders for placement scenarios (tests and benchmarks; never shipped).
 
 ``node("n1").gpus(8, mib=81920).domain("rack-a").build()`` and
 ``pod("a-roll-0").job("a").role("rollout").gpus(1).memory(rollout=40000)

@@ -1,0 +1,66 @@
+"""What the policy has already worked out about one node's load: a typed table per question.
+
+A ``NodeLoad`` is immutable and replaced only when a watch event touches its
+node, so an answer derived from it alone stays true for as long as it lives.
+The extender asks the same questions of thousands of nodes per call (can these
+GPUs hold 30 GiB, what would this pod's shape score here), so ``loads`` and
+``scoring`` keep their answers here, each question in its own table with its
+own key and value types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from rlix.core.phases import Phase
+
+__all__ = ["MEMO_LIMIT", "LoadMemo", "ShapeKey", "SharedTerms"]
+
+MEMO_LIMIT = 64  # answers kept per node load, all tables together (a few per pod shape)
+
+# A pod shape as scoring sees it: (phase, per-GPU demand in MiB, GPUs, the
+# pod's job where this node holds peers of it, else "").
+ShapeKey = tuple[Phase | None, int, int, str]
+# (complement, interleave, packing, chosen GPU indices) of a shape on one node.
+SharedTerms = tuple[float, float, float, tuple[int, ...]]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(slots=True)
+class LoadMemo:
+    # demand MiB (0 = a whole GPU) -> positions of the GPUs that can hold it
+    holdable: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # (demand MiB, job) -> the same, without GPUs already holding a pod of the job
+    holdable_for_job: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)
+    # the pod's phase -> (complement, interleave) against each GPU's residents
+    pairs: dict[Phase | None, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # a shape -> its load-dependent score terms; None: the shape does not fit
+    terms: dict[ShapeKey, SharedTerms | None] = field(default_factory=dict)
+    # a shape -> the locality-free part of its score; None: it does not fit
+    base: dict[ShapeKey, float | None] = field(default_factory=dict)
+    jobs: frozenset[str] | None = None  # jobs with a pod on the node
+    size: int = 0  # answers stored in the tables since the last clear
+
+    def __len__(self) -> int:
+        return self.size
+
+    def remember(self, table: dict[K, V], key: K, value: V) -> V:
+        """Store ``value`` in ``table`` (one of this memo's) and return it.
+
+        Bounded: an idle node's load can live for days while pods of ever new
+        shapes ask about it, so a full memo starts over.
+        """
+        if self.size >= MEMO_LIMIT:
+            self.clear()
+        table[key] = value
+        self.size += 1
+        return value
+
+    def clear(self) -> None:
+        for table in (self.holdable, self.holdable_for_job, self.pairs, self.terms, self.base):
+            table.clear()
+        self.jobs = None
+        self.size = 0
