@@ -12,12 +12,11 @@ error field, so ``Answer.error`` carries the sentence for the log and metrics.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rlix.core.policy.placement import PlacementView, choose_victims, filter_nodes, score_values
-from rlix.core.snapshot import Workload
 from rlix.extender import wire
 from rlix.extender.objects import ObjectError, pending_workload
 

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-
 # A nodeCacheCapable=false call carries full Node objects: ~5 KiB each, so
 # 5,000 nodes are ~25 MiB. Anything above this is not a scheduler's message.
 MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -7,7 +7,7 @@ a malformed value on one object becomes one ``ObjectError`` for that object,
 never an exception that disturbs the view of any other.
 """
 
-from rlix.core.objects.bounds import BadValue, ObjectError, check_depth, describe, json_doc
+from rlix.core.objects.bounds import BadValueError, ObjectError, check_depth, describe, json_doc
 from rlix.core.objects.facts import FACTS, Fact
 from rlix.core.objects.nodes import NodeFacts, read_node
 from rlix.core.objects.pods import PodFacts, pod_name, read_pod
@@ -15,7 +15,7 @@ from rlix.core.objects.rljobs import RLJobFacts, read_rljob
 
 __all__ = [
     "FACTS",
-    "BadValue",
+    "BadValueError",
     "Fact",
     "NodeFacts",
     "ObjectError",

@@ -4,7 +4,7 @@ Anyone who can create a pod can write any annotation, so every value is read
 as hostile: its length is checked *before* it is parsed (``int()`` of a
 5,000-digit string costs quadratic time and, above 4,300 digits, raises a
 ``ValueError`` that is not ours), JSON is size- and depth-bounded, and numbers
-are range-checked. A parser either returns a value or raises ``BadValue`` with
+are range-checked. A parser either returns a value or raises ``BadValueError`` with
 a sentence that says why; the reader turns that into a per-object
 ``ObjectError`` naming the object and the field, so one bad object never
 disturbs the view of another.
@@ -27,7 +27,7 @@ _DIGITS = re.compile(r"[+-]?[0-9]+")
 _PADDING = 8
 
 
-class BadValue(ValueError):
+class BadValueError(ValueError):
     """A value that does not parse; the message says why (without the value)."""
 
 
@@ -81,9 +81,9 @@ class Parser(Generic[T_co]):
 
 def _check_text(raw: object, max_chars: int) -> str:
     if not isinstance(raw, str):
-        raise BadValue("must be a string")
+        raise BadValueError("must be a string")
     if len(raw) > max_chars:
-        raise BadValue(f"longer than {max_chars} characters")
+        raise BadValueError(f"longer than {max_chars} characters")
     return raw
 
 
@@ -97,17 +97,17 @@ def integer(low: int, high: int, *, what: str = "integer") -> Parser[int]:
 
     def parse(raw: object) -> int:
         if isinstance(raw, bool):
-            raise BadValue("must be an integer, not a boolean")
+            raise BadValueError("must be an integer, not a boolean")
         if isinstance(raw, str):
             if len(raw) > digits + _PADDING or not _DIGITS.fullmatch(raw.strip()):
-                raise BadValue(f"must be a decimal integer of at most {digits} digits")
+                raise BadValueError(f"must be a decimal integer of at most {digits} digits")
             value = int(raw.strip())
         elif isinstance(raw, int):
             value = raw
         else:
-            raise BadValue("must be an integer")
+            raise BadValueError("must be an integer")
         if not low <= value <= high:
-            raise BadValue(f"must be in {low}..{high}")
+            raise BadValueError(f"must be in {low}..{high}")
         return value
 
     return Parser(what, f"{low}..{high}", parse)
@@ -116,10 +116,10 @@ def integer(low: int, high: int, *, what: str = "integer") -> Parser[int]:
 def number(low: float, high: float) -> Parser[float]:
     def parse(raw: object) -> float:
         if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise BadValue("must be a number")
+            raise BadValueError("must be a number")
         value = float(raw)
         if not math.isfinite(value) or not low <= value <= high:
-            raise BadValue(f"must be a finite number in {low:g}..{high:g}")
+            raise BadValueError(f"must be a finite number in {low:g}..{high:g}")
         return value
 
     return Parser("number", f"{low:g}..{high:g}", parse)
@@ -137,7 +137,7 @@ def _flag(raw: object) -> bool:
             return True
         if value in _FALSE:
             return False
-    raise BadValue('must be "true" or "false"')
+    raise BadValueError('must be "true" or "false"')
 
 
 FLAG: Parser[bool] = Parser("boolean", '"true"/"false" (also yes/no, 1/0)', _flag)
@@ -155,15 +155,15 @@ def json_doc(raw: object, *, max_chars: int, max_depth: int) -> Any:
     try:
         doc = json.loads(body)
     except RecursionError:
-        raise BadValue("is JSON nested too deeply") from None
+        raise BadValueError("is JSON nested too deeply") from None
     except ValueError:
-        raise BadValue("is not JSON") from None
+        raise BadValueError("is not JSON") from None
     check_depth(doc, max_depth)
     return doc
 
 
 def check_depth(doc: Any, max_depth: int) -> None:
-    """Raise ``BadValue`` when ``doc`` nests more than ``max_depth`` containers."""
+    """Raise ``BadValueError`` when ``doc`` nests more than ``max_depth`` containers."""
     stack: list[tuple[Any, int]] = [(doc, 0)]
     while stack:
         value, depth = stack.pop()
@@ -175,5 +175,5 @@ def check_depth(doc: Any, max_depth: int) -> None:
         else:
             continue
         if depth + 1 > max_depth:
-            raise BadValue(f"nests deeper than {max_depth} levels")
+            raise BadValueError(f"nests deeper than {max_depth} levels")
         stack.extend((child, depth + 1) for child in children)

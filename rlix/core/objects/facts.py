@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from rlix.core import names
-from rlix.core.objects.bounds import FLAG, BadValue, ObjectError, Parser, describe, integer, text
+from rlix.core.objects.bounds import (
+    FLAG,
+    BadValueError,
+    ObjectError,
+    Parser,
+    describe,
+    integer,
+    text,
+)
 from rlix.core.objects.values import (
     GPU_INDICES,
     LABEL_MAX_CHARS,
@@ -39,7 +47,7 @@ MAX_GANG = MAX_REPLICAS * MAX_ROLES
 
 def _strict_bool(raw: object) -> bool:
     if not isinstance(raw, bool):
-        raise BadValue("must be a JSON boolean")
+        raise BadValueError("must be a JSON boolean")
     return raw
 
 
@@ -51,7 +59,7 @@ def choice(values: Sequence[str]) -> Parser[str]:
 
     def parse(raw: object) -> str:
         if not isinstance(raw, str) or len(raw) > longest or raw not in values:
-            raise BadValue(f"must be one of {', '.join(values)}")
+            raise BadValueError(f"must be one of {', '.join(values)}")
         return raw
 
     return Parser("enum", " | ".join(values), parse)
@@ -90,7 +98,7 @@ class Reading:
             return fact.default
         try:
             return fact.parser(raw)
-        except BadValue as exc:
+        except BadValueError as exc:
             self.errors.append(
                 ObjectError(
                     kind=self.kind,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rlix.core.objects.bounds import BadValue, Parser, integer, json_doc, number, text
+from rlix.core.objects.bounds import BadValueError, Parser, integer, json_doc, number, text
 from rlix.core.phases import Phase
 from rlix.core.rljob import MAX_GPU_MEMORY_MIB
 from rlix.core.snapshot import GPU
@@ -41,27 +41,27 @@ _MEMORY_FORMS = 'must be an integer MiB or a non-empty JSON object like {"rollou
 def _memory(raw: object) -> dict[Phase, int]:
     try:
         doc = json_doc(raw, max_chars=MEMORY_MAX_CHARS, max_depth=1)
-    except BadValue as exc:
+    except BadValueError as exc:
         if "JSON" not in str(exc):
             raise
-        raise BadValue(f"{_MEMORY_FORMS} ({exc})") from None
+        raise BadValueError(f"{_MEMORY_FORMS} ({exc})") from None
     if isinstance(doc, int | str) and not isinstance(doc, bool):
         try:
             mib = _WHOLE_MIB(doc)
-        except BadValue as exc:
-            raise BadValue(f"as one number of MiB, {exc}") from None
+        except BadValueError as exc:
+            raise BadValueError(f"as one number of MiB, {exc}") from None
         return {phase: mib for phase in Phase if phase is not Phase.IDLE}
     if not isinstance(doc, dict) or not doc:
-        raise BadValue(_MEMORY_FORMS)
+        raise BadValueError(_MEMORY_FORMS)
     out: dict[Phase, int] = {}
     for key, mib in doc.items():
         phase = Phase.parse(key)
         if phase is None:
-            raise BadValue(f"has an unknown phase (known: {_PHASES})")
+            raise BadValueError(f"has an unknown phase (known: {_PHASES})")
         try:
             out[phase] = MIB(mib)
-        except BadValue as exc:
-            raise BadValue(f"[{phase.value}] {exc}") from None
+        except BadValueError as exc:
+            raise BadValueError(f"[{phase.value}] {exc}") from None
     return out
 
 
@@ -87,7 +87,7 @@ GPU_INDICES = Parser(
 def _phase(raw: object) -> Phase:
     phase = Phase.parse(text(32)(raw))
     if phase is None:
-        raise BadValue(f"must be one of {_PHASES}")
+        raise BadValueError(f"must be one of {_PHASES}")
     return phase
 
 
@@ -97,11 +97,11 @@ PHASE = Parser("phase name", "<= 32 characters, one of the phases", _phase)
 def _node_gpus(raw: object) -> tuple[GPU, ...]:
     doc = json_doc(raw, max_chars=NODE_GPUS_MAX_CHARS, max_depth=2)
     if not isinstance(doc, list) or len(doc) > MAX_NODE_GPUS:
-        raise BadValue(f"must be a JSON list of at most {MAX_NODE_GPUS} GPU objects")
+        raise BadValueError(f"must be a JSON list of at most {MAX_NODE_GPUS} GPU objects")
     gpus = []
     for i, g in enumerate(doc):
         if not isinstance(g, Mapping):
-            raise BadValue(f"[{i}] must be an object")
+            raise BadValueError(f"[{i}] must be an object")
         try:
             gpus.append(
                 GPU(
@@ -111,8 +111,8 @@ def _node_gpus(raw: object) -> tuple[GPU, ...]:
                     utilization=_UTILIZATION(g.get("utilization", 0.0)),
                 )
             )
-        except BadValue as exc:
-            raise BadValue(f"[{i}] {exc}") from None
+        except BadValueError as exc:
+            raise BadValueError(f"[{i}] {exc}") from None
     return tuple(gpus)
 
 
