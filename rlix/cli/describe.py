@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlix.core import names
+from rlix.core.objects import read_rljob
 from rlix.views import rows as views
 
 DESCRIPTION = """\
@@ -45,22 +46,28 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
 def format_rljob(
     job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
 ) -> str:
-    """The text `rlix describe rljob` prints (pure, so tests pin it)."""
+    """The text `rlix describe rljob` prints (pure, so tests pin it).
+
+    The job's values come from the core reader, so an unset field shows the
+    model's default (``preemptibleRollout`` is true unless said otherwise).
+    """
     now = views.now_utc()
+    facts = read_rljob(job)
     meta, spec, status = job["metadata"], job.get("spec", {}), job.get("status") or {}
     out = [
-        f"Name:               {meta['name']}",
-        f"Namespace:          {meta.get('namespace', '')}",
+        f"Name:               {facts.name}",
+        f"Namespace:          {facts.namespace}",
         f"Age:                {views.age(meta.get('creationTimestamp'), now)}",
-        f"Algorithm:          {spec.get('algorithm', '-')}",
-        f"Priority:           {spec.get('priority', 0)}",
-        f"Preemptible rollout: {spec.get('preemptibleRollout', False)}",
-        f"State:              {status.get('state') or 'Pending'}",
-        f"Phase:              {status.get('phase') or '-'}"
+        f"Algorithm:          {facts.algorithm}",
+        f"Priority:           {facts.priority}",
+        f"Preemptible rollout: {facts.preemptible_rollout}",
+        f"State:              {facts.state or 'Pending'}",
+        f"Phase:              {facts.phase.value if facts.phase else '-'}"
         + (f" (since {status['phaseSince']})" if status.get("phaseSince") else ""),
-        f"GPUs:               {status.get('gpus', '-')}",
-        f"Iterations:         {status.get('iterations', 0)}",
+        f"GPUs:               {facts.gpus if facts.gpus is not None else '-'}",
+        f"Iterations:         {facts.iterations}",
     ]
+    out += [f"Unreadable:         {e.where}: {e.why}" for e in facts.errors]
     seconds = status.get("phaseSeconds") or {}
     if seconds:
         total = sum(seconds.values()) or 1.0
@@ -117,16 +124,20 @@ def format_rljob(
     out += _table(crow if len(crow) > 1 else [])
     out.append("Pods:")
     prow = [["NAME", "NODE", "STATUS", "PHASE", "PHASE SINCE", "SUSPENDED"]]
-    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        ann = p["metadata"].get("annotations") or {}
+    readable = [(views.pods_of([p]), p) for p in pods]
+    for (read,), obj in sorted(
+        ((f, o) for f, o in readable if f), key=lambda fo: fo[0][0].workload.name
+    ):
+        w = read.workload
+        ann = obj["metadata"].get("annotations") or {}
         prow.append(
             [
-                p["metadata"]["name"],
-                p.get("spec", {}).get("nodeName") or "<pending>",
-                p.get("status", {}).get("phase", ""),
-                ann.get(names.ANNOTATION_PHASE, "-"),
-                ann.get(names.ANNOTATION_PHASE_SINCE, "-"),
-                "yes" if ann.get(names.ANNOTATION_SUSPENDED) == "true" else "no",
+                w.name.split("/", 1)[1],
+                w.node or "<pending>",
+                str((obj.get("status") or {}).get("phase", "")),
+                w.phase.value if w.phase else "-",
+                str(ann.get(names.ANNOTATION_PHASE_SINCE, "-"))[:40],
+                "yes" if w.suspended else "no",
             ]
         )
     out += _table(prow if len(prow) > 1 else [])

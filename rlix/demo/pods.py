@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlix.core import names
+from rlix.core.snapshot import Workload
 from rlix.demo.workload import DemoJob
 
 
@@ -64,15 +64,15 @@ class PodRuntime:
         used.update(chosen)
         return chosen
 
-    def start(self, pod: dict[str, Any], gpus_requested: int) -> RunningPod | None:
-        meta, spec = pod["metadata"], pod["spec"]
-        node, uid = spec["nodeName"], meta["uid"]
-        job = self.jobs.get(meta.get("labels", {}).get(names.LABEL_JOB, ""))
-        role_name = meta.get("labels", {}).get(names.LABEL_ROLE, "")
-        role = next((r for r in job.roles if r.name == role_name), None) if job else None
-        if job is None or role is None or node not in self.sockets:
+    def start(self, pod: dict[str, Any], workload: Workload) -> RunningPod | None:
+        """Start the pod's process; ``workload`` is the pod as the core reader reads it."""
+        meta = pod["metadata"]
+        node, uid = workload.node, meta["uid"]
+        job = self.jobs.get(workload.job.split("/", 1)[-1])
+        role = next((r for r in job.roles if r.name == workload.role), None) if job else None
+        if job is None or role is None or node is None or node not in self.sockets:
             return None
-        gpus = self._assign_gpus(node, gpus_requested)
+        gpus = self._assign_gpus(node, workload.gpus)
         if gpus is None:
             return None
         ready = self.workdir / "ready" / uid

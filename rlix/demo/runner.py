@@ -17,6 +17,7 @@ import yaml
 
 from rlix.core import names
 from rlix.core.crdgen import rljob_crd
+from rlix.core.objects import ObjectError, read_pod
 from rlix.demo.components import Components
 from rlix.demo.pods import PodRuntime
 from rlix.demo.workload import demo_jobs
@@ -201,8 +202,11 @@ class Demo:
             meta, spec, status = pod["metadata"], pod["spec"], pod.get("status", {})
             uid = meta["uid"]
             present.add(uid)
-            ann = meta.get("annotations") or {}
-            if ann.get(names.ANNOTATION_SUSPENDED) == "true":
+            try:
+                facts = read_pod(pod)
+            except ObjectError:
+                continue
+            if facts.workload.suspended:
                 self.tally.suspended_seen.add(uid)
             if (
                 uid in runtime.running
@@ -212,7 +216,7 @@ class Demo:
                 or meta.get("deletionTimestamp")
             ):
                 continue
-            started = runtime.start(pod, views.pod_gpus(pod))
+            started = runtime.start(pod, facts.workload)
             if started is not None:
                 kube.patch_pod(
                     meta["namespace"],

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,10 +28,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from rlix.core.policy.placement import PlacementView, snapshot_to_doc
 from rlix.extender.cache import ClusterCache
-from rlix.extender.handlers import Answer, do_filter, do_preempt, do_prioritize
+from rlix.extender.handlers import Answer, do_filter, do_preempt, do_prioritize, refusal
 from rlix.extender.metrics import ExtenderMetrics
+from rlix.extender.wire import MAX_BODY_BYTES
 
 JSON = "application/json"
+log = logging.getLogger("rlix.extender.app")
+
+
+async def _body(request: Request) -> bytes:
+    """The body, read no further than one byte past the limit ``wire`` refuses."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            break
+    return b"".join(chunks)
 
 
 def _json(status: int, body: Any) -> Response:
@@ -61,13 +75,14 @@ def create_app(
         verb: str, request: Request, run: Callable[[PlacementView, bytes], Answer]
     ) -> Response:
         start = time.perf_counter()
-        body = await request.body()
+        body = await _body(request)
         try:
             answer = run(current_view(), body)
-        except Exception as exc:  # last line of defence: a clear Error, never a stack trace
-            answer = Answer(
-                400, {"Error": f"rlix extender could not handle {verb}: {exc!r}"}, "internal"
-            )
+        except Exception as exc:  # last line of defence: still the protocol's answer
+            log.exception("%s failed", verb)
+            answer = refusal(verb, f"rlix extender could not handle {verb}: {exc!r}", "internal")
+        if answer.error:
+            log.info("%s answered %s: %s", verb, answer.outcome, answer.error[:500])
         response = _json(answer.status, answer.body)
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
         metrics.requests.labels(verb, answer.outcome).inc()
@@ -104,12 +119,19 @@ def create_app(
         nodes, pods = cache.counts()
         metrics.nodes.set(nodes)
         metrics.pods.set(pods)
+        errors = cache.object_errors()
+        for kind in ("Pod", "Node"):
+            metrics.objects_with_errors.labels(kind).set(
+                sum(1 for key in errors if key.startswith(f"{kind} "))
+            )
+        metrics.rejected_objects.set(cache.rejected_objects)
         return Response(content=generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/debug/snapshot")
     async def debug_snapshot() -> Response:
         doc = snapshot_to_doc(cache.view().snapshot)
         doc["uids"] = cache.uids()
+        doc["objectErrors"] = {key: list(errors) for key, errors in cache.object_errors().items()}
         return _json(200, doc)
 
     return app

@@ -12,20 +12,28 @@ answers memoised on them) are kept, and only nodes an event touched get a new
 load, because a busy RL cluster flips pod phases every few seconds and a full
 rebuild per scheduling call would cost tens of ms at 5,000 nodes. A lock makes
 events from watcher threads and reads from the event loop safe.
+
+Every object is read through the core reader (``rlix.core.objects``), which
+bounds every value: a malformed label or annotation on one object becomes an
+error recorded for that object (logged once, shown by ``object_errors``, a
+gauge in /metrics) and that object's safe reading, never an exception that
+would end the watch and empty the cache for everyone.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rlix.core.objects import ObjectError, pod_name, read_node, read_pod
 from rlix.core.policy.placement import NodeLoad, PlacementView, node_load
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
-from rlix.extender.objects import ObjectError, node_from_object, pod_name, pod_to_workload, pod_uid
+
+log = logging.getLogger("rlix.extender.cache")
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
-_TERMINAL = ("Succeeded", "Failed")
 
 
 class ClusterCache:
@@ -45,16 +53,19 @@ class ClusterCache:
         self._view: PlacementView | None = None
         self._synced: set[str] = set()
         self.rejected_objects = 0  # objects we could not read at all (no name)
+        self._errors: dict[str, tuple[str, ...]] = {}  # "Pod ns/name" -> its errors now
 
     # -- events -----------------------------------------------------------
     def apply_node(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """Apply one node watch event (ADDED, MODIFIED or DELETED)."""
         try:
-            node = node_from_object(obj)
-        except ObjectError:
-            self.rejected_objects += 1
+            facts = read_node(obj)
+        except ObjectError as exc:
+            self._reject(exc)
             return
+        node = facts.node
         with self._lock:
+            self._note(f"Node {node.name}", () if event_type == DELETED else facts.errors)
             if event_type == DELETED:
                 self._nodes.pop(node.name, None)
             elif self._nodes.get(node.name) == node:
@@ -67,15 +78,18 @@ class ClusterCache:
         """Apply one pod watch event; only bound, non-terminal pods hold GPUs."""
         try:
             name = pod_name(obj)
-        except ObjectError:
-            self.rejected_objects += 1
+            facts = None if event_type == DELETED else read_pod(obj)
+        except ObjectError as exc:
+            self._reject(exc)
             return
-        status = obj.get("status")
-        phase = status.get("phase") if isinstance(status, Mapping) else None
-        gone = event_type == DELETED or phase in _TERMINAL
-        workload = None if gone else pod_to_workload(obj, strict=False)
-        uid = pod_uid(obj)
+        gone = facts is None or facts.finished
+        # A resident with a malformed value keeps its place with the safe
+        # reading (whole GPU, not preemptible): dropping it would make the
+        # GPUs it holds look free.
+        workload = None if facts is None or gone else facts.workload
+        uid = facts.uid if facts is not None else ""
         with self._lock:
+            self._note(f"Pod {name}", () if gone or facts is None else facts.errors)
             keep = workload is not None and workload.node is not None
             if keep and self._pods.get(name) == workload and self._name_to_uid.get(name) == uid:
                 return  # e.g. a status update: placement facts unchanged
@@ -90,6 +104,23 @@ class ClusterCache:
                 if uid:
                     self._uid_to_name[uid] = name
                     self._name_to_uid[name] = uid
+
+    def _reject(self, exc: ObjectError) -> None:
+        log.warning("ignoring an unreadable object: %s", exc)
+        with self._lock:
+            self.rejected_objects += 1
+
+    def _note(self, key: str, errors: Sequence[ObjectError]) -> None:
+        """Remember ``key``'s current errors; log only when they change."""
+        messages = tuple(str(e) for e in errors)
+        if self._errors.get(key, ()) == messages:
+            return
+        if messages:
+            self._errors[key] = messages
+            for message in messages:
+                log.warning("read with safe values: %s", message)
+        else:
+            self._errors.pop(key, None)
 
     def _forget(self, name: str) -> None:
         old = self._pods.pop(name, None)
@@ -125,6 +156,7 @@ class ClusterCache:
         with self._lock:
             self._dirty.update(self._nodes)
             self._nodes.clear()
+            self._errors = {k: v for k, v in self._errors.items() if not k.startswith("Node ")}
             self._view = None
         for obj in objs:
             self.apply_node(ADDED, obj)
@@ -139,6 +171,7 @@ class ClusterCache:
             self._by_job.clear()
             self._uid_to_name.clear()
             self._name_to_uid.clear()
+            self._errors = {k: v for k, v in self._errors.items() if not k.startswith("Pod ")}
             self._view = None
         for obj in objs:
             self.apply_pod(ADDED, obj)
@@ -184,6 +217,11 @@ class ClusterCache:
         """uid -> "ns/name", for /debug/snapshot."""
         with self._lock:
             return dict(self._uid_to_name)
+
+    def object_errors(self) -> dict[str, tuple[str, ...]]:
+        """Objects whose facts are read with safe values now, with each error."""
+        with self._lock:
+            return dict(self._errors)
 
     def counts(self) -> tuple[int, int]:
         with self._lock:

@@ -2,47 +2,49 @@
 
 No FastAPI here: the HTTP layer (``rlix.extender.app``) only times and frames
 these, and offline replay (``rlix.extender.replay``) calls the same code on a
-captured snapshot. Every failure becomes a protocol answer: filter reports
-``Error`` or per-node reasons, prioritize and preempt return a 400 with an
-``Error`` body (kube-scheduler ignores a failed prioritize and treats a failed
-preempt as "no candidates"), never a 500.
+captured snapshot. Every failure becomes a protocol answer with status 200:
+filter reports ``Error`` or per-node reasons; prioritize answers an empty
+``HostPriorityList`` (what kube-scheduler does with a failed prioritize anyway:
+it adds nothing) and preempt an empty ``NodeNameToMetaVictims`` ("no
+candidate", what it makes of a failed preempt). Those two formats have no
+error field, so ``Answer.error`` carries the sentence for the log and metrics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rlix.core.policy.placement import PlacementView, choose_victims, filter_nodes, score_values
-from rlix.core.snapshot import Workload
 from rlix.extender import wire
-from rlix.extender.objects import ObjectError, pod_to_workload
+from rlix.extender.objects import ObjectError, pending_workload
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
     body: Any
-    outcome: str  # for the metrics label: ok, bad_request, pod_error
+    outcome: str  # for the metrics label: ok, bad_request, pod_error, internal
+    error: str = ""  # why, when the body cannot say it (prioritize, preempt)
 
 
-def _bad(message: str) -> Answer:
-    return Answer(400, wire.error_body(message), "bad_request")
-
-
-def _pending(pod: Mapping[str, Any]) -> Workload:
-    """The pod being scheduled; its annotations are read strictly."""
-    return pod_to_workload(pod, strict=True)
+def refusal(verb: str, message: str, outcome: str) -> Answer:
+    """The protocol's own way for ``verb`` to say "nothing from me", with why."""
+    if verb == "filter":
+        return Answer(200, wire.filter_result([], {}, {}, error=message), outcome, message)
+    if verb == "prioritize":
+        return Answer(200, wire.priority_list({}), outcome, message)
+    return Answer(200, wire.empty_preemption(), outcome, message)
 
 
 def do_filter(view: PlacementView, body: bytes) -> Answer:
     try:
         args = wire.parse_args(body)
     except wire.WireError as exc:
-        return Answer(200, wire.filter_result([], {}, {}, error=str(exc)), "bad_request")
+        return refusal("filter", str(exc), "bad_request")
     try:
-        pod = _pending(args.pod)
+        pod = pending_workload(args.pod)
     except ObjectError as exc:
         # The user's own pod is wrong: say so on every node, where
         # `kubectl describe pod` shows it, and let no preemption be tried.
@@ -50,7 +52,7 @@ def do_filter(view: PlacementView, body: bytes) -> Answer:
         result = wire.filter_result(
             [], {}, dict.fromkeys(args.node_names, reason), node_items=args.node_items
         )
-        return Answer(200, result, "pod_error")
+        return Answer(200, result, "pod_error", reason)
     outcome = filter_nodes(view, pod, args.node_names)
     result = wire.filter_result(
         outcome.feasible, outcome.failed, outcome.unresolvable, node_items=args.node_items
@@ -62,12 +64,14 @@ def do_prioritize(view: PlacementView, body: bytes) -> Answer:
     try:
         args = wire.parse_args(body)
     except wire.WireError as exc:
-        return _bad(str(exc))
+        return refusal("prioritize", str(exc), "bad_request")
     try:
-        pod = _pending(args.pod)
-    except ObjectError:
+        pod = pending_workload(args.pod)
+    except ObjectError as exc:
         # Filter already rejected this pod with the reason; stay neutral here.
-        return Answer(200, wire.priority_list(dict.fromkeys(args.node_names, 0)), "pod_error")
+        return Answer(
+            200, wire.priority_list(dict.fromkeys(args.node_names, 0)), "pod_error", str(exc)
+        )
     return Answer(200, wire.priority_list(score_values(view, pod, args.node_names)), "ok")
 
 
@@ -80,11 +84,11 @@ def do_preempt(
     try:
         args = wire.parse_preemption(body)
     except wire.WireError as exc:
-        return _bad(str(exc))
+        return refusal("preempt", str(exc), "bad_request")
     try:
-        pod = _pending(args.pod)
+        pod = pending_workload(args.pod)
     except ObjectError as exc:
-        return _bad(f"pod cannot be placed by rlix: {exc}")
+        return refusal("preempt", f"pod cannot be placed by rlix: {exc}", "pod_error")
     # Victims we cannot map to a workload keep their UID as their name, so the
     # policy passes them through unchanged.
     proposals = {

@@ -37,3 +37,14 @@ class ExtenderMetrics:
         self.pods = Gauge(
             "rlix_extender_cache_pods", "Bound pods in the extender cache", registry=self.registry
         )
+        self.objects_with_errors = Gauge(
+            "rlix_extender_objects_with_errors",
+            "Cached objects with a malformed RLix value, read with safe values (see the log)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.rejected_objects = Gauge(
+            "rlix_extender_rejected_objects",
+            "Watched objects ignored since start because they had no usable name",
+            registry=self.registry,
+        )

@@ -19,13 +19,13 @@ from rlix.core.policy.placement import (
 )
 from rlix.core.policy.placement.documents import workload_from_doc
 from rlix.core.snapshot import Workload
-from rlix.extender.objects import pod_to_workload
+from rlix.extender.objects import pending_workload
 
 
 def _pending(pod: Mapping[str, Any]) -> Workload:
     """A Kubernetes Pod object, or a workload entry in snapshot-document form."""
     if "metadata" in pod or "spec" in pod:
-        return pod_to_workload(pod, strict=True)
+        return pending_workload(pod)
     return workload_from_doc(pod)
 
 

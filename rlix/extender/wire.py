@@ -12,6 +12,11 @@ which *does* have json tags (``metadata``, ``spec``).
 Parsing is hand-written rather than pydantic because the scheduler sends up to
 thousands of names per call and the answer must take milliseconds; every
 malformed shape raises ``WireError`` with a sentence that says what was wrong.
+Every value is bounded the way ``rlix.core.objects`` bounds annotations: the
+body's size (checked before parsing), JSON nesting (the C parser's recursion
+limit, caught), integers (a JSON number above 4,300 digits is refused by the
+parser; counts are range-checked) and names, so a hostile body gets a
+``WireError``, which the handlers turn into a protocol answer.
 """
 
 from __future__ import annotations
@@ -19,11 +24,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
+
+# A nodeCacheCapable=false call carries full Node objects: ~5 KiB each, so
+# 5,000 nodes are ~25 MiB. Anything above this is not a scheduler's message.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_NODES = 100_000
+NAME_MAX_CHARS = 253
+INT32_MAX = 2**31 - 1
 
 
 class WireError(ValueError):
     """A request body is not a valid extender message."""
+
+
+def _name(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and len(value) <= NAME_MAX_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +60,14 @@ class PreemptionArgs:
 def decode(body: bytes) -> Mapping[str, Any]:
     if not body:
         raise WireError("empty request body; expected a JSON object")
+    if len(body) > MAX_BODY_BYTES:
+        raise WireError(f"request body is larger than {MAX_BODY_BYTES} bytes")
     try:
         value = json.loads(body)
+    except RecursionError:
+        raise WireError("request body is JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise WireError(f"request body is not JSON: {exc}") from None
+        raise WireError(f"request body is not JSON: {str(exc)[:200]}") from None
     if not isinstance(value, dict):
         raise WireError(f"request body must be a JSON object, got {type(value).__name__}")
     return value
@@ -68,22 +88,33 @@ def parse_args(body: bytes) -> ExtenderArgs:
     raw_nodes = doc.get("Nodes")
     items: list[Mapping[str, Any]] | None = None
     if raw_names is not None:
-        if not isinstance(raw_names, list) or not all(isinstance(n, str) for n in raw_names):
-            raise WireError("field NodeNames must be a list of strings")
+        if (
+            not isinstance(raw_names, list)
+            or len(raw_names) > MAX_NODES
+            or not all(_name(n) for n in raw_names)
+        ):
+            raise WireError(
+                f"field NodeNames must be a list of at most {MAX_NODES} node names "
+                f"(strings of at most {NAME_MAX_CHARS} characters)"
+            )
         names: list[str] = raw_names
     elif raw_nodes is not None:
         if not isinstance(raw_nodes, dict):
             raise WireError("field Nodes must be a NodeList object")
         raw_items = raw_nodes.get("items") or []
-        if not isinstance(raw_items, list) or not all(isinstance(i, dict) for i in raw_items):
-            raise WireError("field Nodes.items must be a list of Node objects")
+        if (
+            not isinstance(raw_items, list)
+            or len(raw_items) > MAX_NODES
+            or not all(isinstance(i, dict) for i in raw_items)
+        ):
+            raise WireError(f"field Nodes.items must be a list of at most {MAX_NODES} Node objects")
         items = raw_items
         names = []
         for i, item in enumerate(items):
             meta = item.get("metadata")
             name = meta.get("name") if isinstance(meta, dict) else None
-            if not isinstance(name, str):
-                raise WireError(f"Nodes.items[{i}] has no metadata.name")
+            if not _name(name):
+                raise WireError(f"Nodes.items[{i}] has no usable metadata.name")
             names.append(name)
     else:
         raise WireError("neither NodeNames nor Nodes is set")
@@ -101,10 +132,12 @@ def parse_preemption(body: bytes) -> PreemptionArgs:
     )
     if source is None:
         source = {}
-    if not isinstance(source, dict):
+    if not isinstance(source, dict) or len(source) > MAX_NODES:
         raise WireError(f"field {key} must be an object of node name -> victims")
     out: dict[str, tuple[list[str], int]] = {}
     for node, victims in source.items():
+        if not _name(node):
+            raise WireError(f"field {key} has a key that is not a node name")
         if victims is None:
             continue
         if not isinstance(victims, dict):
@@ -118,11 +151,13 @@ def parse_preemption(body: bytes) -> PreemptionArgs:
             if uid is None and isinstance(p, dict):  # full v1.Pod
                 m = p.get("metadata")
                 uid = m.get("uid") if isinstance(m, dict) else None
-            if not isinstance(uid, str):
+            if not _name(uid):
                 raise WireError(f"{key}[{node!r}].Pods[{i}] has no UID")
             uids.append(uid)
         pdb = victims.get("NumPDBViolations", 0)
-        out[node] = (uids, pdb if isinstance(pdb, int) and not isinstance(pdb, bool) else 0)
+        if isinstance(pdb, bool) or not isinstance(pdb, int) or not 0 <= pdb <= INT32_MAX:
+            pdb = 0  # informational only; passed back unchanged when it is sane
+        out[node] = (uids, pdb)
     return PreemptionArgs(pod=pod, victims=out)
 
 
@@ -148,6 +183,11 @@ def filter_result(
     }
 
 
+def empty_preemption() -> dict[str, Any]:
+    """ExtenderPreemptionResult with no candidate node (the scheduler tries none)."""
+    return {"NodeNameToMetaVictims": {}}
+
+
 def priority_list(scores: Mapping[str, int]) -> list[dict[str, Any]]:
     return [{"Host": host, "Score": int(score)} for host, score in scores.items()]
 
@@ -159,7 +199,3 @@ def preemption_result(victims: Mapping[str, tuple[Sequence[str], int]]) -> dict[
             for node, (uids, pdb) in victims.items()
         }
     }
-
-
-def error_body(message: str) -> dict[str, Any]:
-    return {"Error": message}

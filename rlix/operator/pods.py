@@ -19,7 +19,7 @@ LABEL_INDEX = f"{names.GROUP}/replica-index"
 # Where admission planned the pod. The scheduler may bind it elsewhere; until it
 # binds, the reservation is what keeps the next admission pass from promising
 # the same GPUs twice (also after an operator restart).
-ANNOTATION_ADMITTED_NODE = f"{names.GROUP}/admitted-node"
+ANNOTATION_ADMITTED_NODE = names.ANNOTATION_ADMITTED_NODE
 CONTAINER = "main"
 
 

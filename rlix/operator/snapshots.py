@@ -1,107 +1,82 @@
-"""Pure conversion of watched Nodes and Pods into the core ``ClusterSnapshot``.
+"""Watched Nodes and Pods -> the core ``ClusterSnapshot``, through the one reader.
 
-The operator needs its own (small) reader because components never import each
-other; annotations it reads were written by its own pod builder, so a value
-that does not parse degrades to "unknown" rather than failing admission.
+Pods and nodes are read by ``rlix.core.objects``, the same reader the extender
+uses, so admission and placement agree on every default (GPUs per node,
+priority, preemptible, memory). A malformed value yields that object's safe
+reading and an error that is logged once per object, never an exception that
+would stop an admission pass for every other job.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from rlix.core import names
-from rlix.core.phases import Phase
+from rlix.core.objects import ObjectError, read_node, read_pod
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
-from rlix.operator.pods import ANNOTATION_ADMITTED_NODE
 
 Body = Mapping[str, Any]
-_DONE = ("Succeeded", "Failed")
+log = logging.getLogger("rlix.operator.snapshots")
+_reported: dict[str, tuple[str, ...]] = {}
 
 
-def _int(raw: object, default: int = 0) -> int:
+def _report(key: str, errors: Sequence[ObjectError]) -> None:
+    messages = tuple(str(e) for e in errors)
+    if _reported.get(key, ()) == messages:
+        return
+    if not messages:
+        _reported.pop(key, None)
+        return
+    _reported[key] = messages
+    for message in messages:
+        log.warning("read with safe values: %s", message)
+
+
+def node_from_body(body: Body) -> Node | None:
+    """The node, or None (logged) when it has no usable name."""
     try:
-        return int(str(raw))
-    except ValueError:
-        return default
+        facts = read_node(body)
+    except ObjectError as exc:
+        log.warning("ignoring an unreadable node: %s", exc)
+        return None
+    _report(f"Node {facts.node.name}", facts.errors)
+    return facts.node
 
 
-def node_from_body(body: Body) -> Node:
-    meta = body.get("metadata", {})
-    labels = meta.get("labels") or {}
-    allocatable = (body.get("status") or {}).get("allocatable") or {}
-    spec = body.get("spec") or {}
-    gpus = _int(allocatable.get(names.GPU_RESOURCE, labels.get(names.NODE_LABEL_GPU_COUNT, 0)))
-    return Node(
-        name=str(meta.get("name", "")),
-        gpu_count=gpus,
-        gpu_memory_mib=_int(labels.get(names.NODE_LABEL_GPU_MEMORY_MIB, 0)),
-        product=str(labels.get(names.NODE_LABEL_GPU_PRODUCT, "")),
-        nvlink_domain=labels.get(names.LABEL_NVLINK_DOMAIN),
-        schedulable=not spec.get("unschedulable", False),
-    )
+def node_offer(body: Body) -> Node | None:
+    """What the node offers, without the agent's live GPU state.
+
+    Agents republish utilisation every few seconds; only a change in what the
+    node offers is worth an admission pass.
+    """
+    node = node_from_body(body)
+    return replace(node, gpus=()) if node is not None else None
 
 
-def pod_gpus(body: Body) -> int:
-    total = 0
-    for container in (body.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        limits = resources.get("limits") or resources.get("requests") or {}
-        total += _int(limits.get(names.GPU_RESOURCE, 0))
-    return total
-
-
-def _memory(raw: str | None) -> dict[Phase, int]:
-    if not raw:
-        return {}
+def workload_from_pod(body: Body) -> Workload | None:
+    """The pod's workload, placed where admission planned it until it binds."""
     try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    out: dict[Phase, int] = {}
-    for key, mib in value.items():
-        phase = Phase.parse(str(key))
-        if phase is not None and isinstance(mib, int):
-            out[phase] = mib
-    return out
-
-
-def holds_resources(body: Body) -> bool:
-    """Finished pods free their GPUs; only live ones count against capacity."""
-    return (body.get("status") or {}).get("phase") not in _DONE
-
-
-def workload_from_pod(body: Body) -> Workload:
-    meta = body.get("metadata", {})
-    labels = meta.get("labels") or {}
-    notes = meta.get("annotations") or {}
-    namespace = str(meta.get("namespace", "default"))
-    job = labels.get(names.LABEL_JOB, "")
-    node = (body.get("spec") or {}).get("nodeName") or notes.get(ANNOTATION_ADMITTED_NODE)
-    return Workload(
-        name=f"{namespace}/{meta.get('name', '')}",
-        job=f"{namespace}/{job}" if job else "",
-        role=str(labels.get(names.LABEL_ROLE, "")),
-        gpus=pod_gpus(body),
-        memory_mib=_memory(notes.get(names.ANNOTATION_GPU_MEMORY_MIB)),
-        priority=_int(notes.get(names.ANNOTATION_PRIORITY, 0)),
-        preemptible=labels.get(names.LABEL_PREEMPTIBLE) == "true",
-        phase=Phase.parse(notes.get(names.ANNOTATION_PHASE)),
-        node=node or None,
-        gang_size=_int(notes.get(names.ANNOTATION_GANG_SIZE, 1), 1),
-    )
+        facts = read_pod(body)
+    except ObjectError as exc:
+        log.warning("ignoring an unreadable pod: %s", exc)
+        return None
+    _report(f"Pod {facts.workload.name}", facts.errors)
+    if facts.finished:
+        return None  # finished pods free their GPUs
+    if facts.workload.node is None and facts.admitted_node:
+        return replace(facts.workload, node=facts.admitted_node)
+    return facts.workload
 
 
 def build_snapshot(
     nodes: Iterable[Body], pods: Iterable[Body], planned: Iterable[Workload] = ()
 ) -> ClusterSnapshot:
     """Nodes, live pods, and workloads admitted but not yet created as pods."""
-    live = [workload_from_pod(p) for p in pods if holds_resources(p)]
+    live = [w for w in map(workload_from_pod, pods) if w is not None]
     seen = {w.name for w in live}
     return ClusterSnapshot.of(
-        (node_from_body(n) for n in nodes),
+        (n for n in map(node_from_body, nodes) if n is not None),
         [*live, *(w for w in planned if w.name not in seen)],
     )

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rlix.core import names
 from rlix.core.rljob import RLJob, RLJobStatus
 from rlix.core.validation import FieldError, parse, spec_errors
-from rlix.operator.snapshots import node_from_body
+from rlix.operator.snapshots import node_offer
 
 Body = dict[str, Any]
 
@@ -139,7 +139,7 @@ class Store:
         self.nodes[name] = body
         # Node heartbeats arrive every few seconds; only a change in what the
         # node offers is worth an admission pass.
-        if old is None or node_from_body(old) != node_from_body(body):
+        if old is None or node_offer(old) != node_offer(body):
             self.queue_changed = True
             self.wakeup.set()
 

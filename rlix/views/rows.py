@@ -2,17 +2,27 @@
 
 Pure functions over the JSON dicts the API server returns, so the numbers a
 person reads are tested without a cluster and cannot drift between commands.
+Pods, nodes and RLJobs are read through the core reader (``rlix.core.objects``),
+so `rlix top` counts GPUs, memory and suspensions exactly as the extender and
+the operator do; an object without a usable name is left out of the view.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rlix.core import names
+from rlix.core.objects import (
+    NodeFacts,
+    ObjectError,
+    PodFacts,
+    RLJobFacts,
+    read_node,
+    read_pod,
+    read_rljob,
+)
 from rlix.core.phases import Phase
 
 Obj = Mapping[str, Any]
@@ -22,17 +32,31 @@ Obj = Mapping[str, Any]
 IDLE_UTILIZATION = 0.05
 
 
-def _annotations(obj: Obj) -> Mapping[str, str]:
-    return obj.get("metadata", {}).get("annotations") or {}
+def pods_of(objs: Iterable[Obj]) -> list[PodFacts]:
+    return [f for f in map(_try(read_pod), objs) if f is not None]
 
 
-def _labels(obj: Obj) -> Mapping[str, str]:
-    return obj.get("metadata", {}).get("labels") or {}
+def nodes_of(objs: Iterable[Obj]) -> list[NodeFacts]:
+    return [f for f in map(_try(read_node), objs) if f is not None]
+
+
+def rljobs_of(objs: Iterable[Obj]) -> list[RLJobFacts]:
+    return [f for f in map(_try(read_rljob), objs) if f is not None]
+
+
+def _try(read: Any) -> Any:
+    def attempt(obj: Obj) -> Any:
+        try:
+            return read(obj)
+        except ObjectError:
+            return None
+
+    return attempt
 
 
 def age(timestamp: str | None, now: datetime) -> str:
     """kubectl-style age: 45s, 12m, 3h, 2d."""
-    if not timestamp:
+    if not isinstance(timestamp, str) or not timestamp or len(timestamp) > 64:
         return "-"
     try:
         then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
@@ -46,38 +70,25 @@ def age(timestamp: str | None, now: datetime) -> str:
 
 
 def pod_gpus(pod: Obj) -> int:
-    total = 0
-    for c in pod.get("spec", {}).get("containers", []):
-        limits = (c.get("resources") or {}).get("limits") or {}
-        try:
-            total += int(limits.get(names.GPU_RESOURCE, 0))
-        except (TypeError, ValueError):
-            continue
-    return total
+    """GPUs a pod object requests, counted as the scheduler counts them."""
+    facts = _try(read_pod)(pod)
+    return facts.workload.gpus if facts is not None else 0
 
 
 def parked_mib(pod: Obj) -> int:
     """MiB a suspended pod parked off its GPUs, from what it declared per phase.
 
     The agent parks whatever the pod held; the declaration for its current
-    phase (or its peak) times its GPUs is the estimate `top` can show.
+    phase (or its peak) times its GPUs is the estimate `top` can show. A
+    malformed declaration reads as none (the reader's safe value): 0 shown.
     """
-    if _annotations(pod).get(names.ANNOTATION_SUSPENDED) != "true":
-        return 0
-    raw = _annotations(pod).get(names.ANNOTATION_GPU_MEMORY_MIB, "")
-    try:
-        declared = json.loads(raw) if raw else {}
-    except ValueError:
-        return 0
-    per_gpu = 0
-    if isinstance(declared, int):
-        per_gpu = declared
-    elif isinstance(declared, dict):
-        phase = _annotations(pod).get(names.ANNOTATION_PHASE, "")
-        values = [v for v in declared.values() if isinstance(v, int)]
-        current = declared.get(phase)
-        per_gpu = current if isinstance(current, int) else max(values, default=0)
-    return per_gpu * pod_gpus(pod)
+    facts = _try(read_pod)(pod)
+    return _parked(facts) if facts is not None else 0
+
+
+def _parked(pod: PodFacts) -> int:
+    w = pod.workload
+    return w.memory_in(w.phase) * w.gpus if w.suspended else 0
 
 
 @dataclass(frozen=True)
@@ -95,33 +106,31 @@ class JobRow:
 
 
 def job_rows(rljobs: Iterable[Obj], pods: Iterable[Obj], now: datetime) -> list[JobRow]:
-    by_job: dict[tuple[str, str], list[Obj]] = {}
-    for pod in pods:
-        job = _labels(pod).get(names.LABEL_JOB)
-        if job:
-            by_job.setdefault((pod["metadata"].get("namespace", ""), job), []).append(pod)
+    by_job: dict[str, list[PodFacts]] = {}
+    for pod in pods_of(pods):
+        if pod.workload.job:
+            by_job.setdefault(pod.workload.job, []).append(pod)
     rows = []
-    for rljob in rljobs:
+    for rljob, facts in ((j, read) for j in rljobs if (read := _try(read_rljob)(j)) is not None):
         meta, status = rljob.get("metadata", {}), rljob.get("status") or {}
-        key = (meta.get("namespace", ""), meta.get("name", ""))
-        job_pods = by_job.get(key, [])
+        job_pods = by_job.get(f"{facts.namespace}/{facts.name}", [])
         roles = ", ".join(
-            f"{r.get('name')}:{r.get('phase') or '-'}" for r in status.get("roles") or []
+            f"{r.get('name')}:{r.get('phase') or '-'}"
+            for r in status.get("roles") or []
+            if isinstance(r, Mapping)
         )
-        suspended = [
-            p for p in job_pods if _annotations(p).get(names.ANNOTATION_SUSPENDED) == "true"
-        ]
+        suspended = [p for p in job_pods if p.workload.suspended]
         rows.append(
             JobRow(
-                namespace=key[0],
-                name=key[1],
-                state=str(status.get("state") or "Pending"),
-                phase=str(status.get("phase") or "-"),
+                namespace=facts.namespace,
+                name=facts.name,
+                state=facts.state or "Pending",
+                phase=facts.phase.value if facts.phase else "-",
                 roles=roles or "-",
-                gpus=int(status.get("gpus") or sum(pod_gpus(p) for p in job_pods)),
-                iterations=int(status.get("iterations") or 0),
+                gpus=facts.gpus or sum(p.workload.gpus for p in job_pods),
+                iterations=facts.iterations,
                 suspended=len(suspended),
-                parked_mib=sum(parked_mib(p) for p in suspended),
+                parked_mib=sum(_parked(p) for p in suspended),
                 age=age(meta.get("creationTimestamp"), now),
             )
         )
@@ -139,40 +148,27 @@ class NodeRow:
     idle_gpus: int | None
 
 
-def node_gpu_state(node: Obj) -> list[dict[str, Any]]:
-    raw = _annotations(node).get(names.ANNOTATION_NODE_GPUS)
-    if not raw:
-        return []
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        return []
-    return [g for g in doc if isinstance(g, dict)] if isinstance(doc, list) else []
-
-
 def node_rows(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[NodeRow]:
+    """GPU nodes (physical GPUs, as the scheduler's policy counts them) and their use."""
     allocated: dict[str, int] = {}
-    for pod in pods:
-        node = pod.get("spec", {}).get("nodeName")
-        if node and pod.get("status", {}).get("phase") in {"Pending", "Running"}:
-            allocated[node] = allocated.get(node, 0) + pod_gpus(pod)
+    for pod in pods_of(pods):
+        w = pod.workload
+        if w.node and not pod.finished:
+            allocated[w.node] = allocated.get(w.node, 0) + w.gpus
     rows = []
-    for node in nodes:
-        alloc = (node.get("status", {}).get("allocatable") or {}).get(names.GPU_RESOURCE)
-        if alloc is None:
+    for facts in nodes_of(nodes):
+        node = facts.node
+        if node.gpu_count == 0 and not node.gpus:
             continue
-        name = node["metadata"]["name"]
-        gpus = node_gpu_state(node)
-        labels = _labels(node)
-        per_gpu = int(labels.get(names.NODE_LABEL_GPU_MEMORY_MIB, "0") or 0)
-        util = [float(g.get("utilization", 0.0)) for g in gpus]
+        util = [g.utilization for g in node.gpus]
         rows.append(
             NodeRow(
-                name=name,
-                gpus=int(alloc),
-                allocated=allocated.get(name, 0),
-                used_mib=sum(int(g.get("usedMiB", 0)) for g in gpus),
-                memory_mib=sum(int(g.get("memoryMiB", 0)) for g in gpus) or per_gpu * int(alloc),
+                name=node.name,
+                gpus=node.gpu_count,
+                allocated=allocated.get(node.name, 0),
+                used_mib=sum(g.used_mib for g in node.gpus),
+                memory_mib=sum(g.memory_mib for g in node.gpus)
+                or node.gpu_memory_mib * node.gpu_count,
                 utilization=sum(util) / len(util) if util else None,
                 idle_gpus=sum(1 for u in util if u < IDLE_UTILIZATION) if util else None,
             )

@@ -1,0 +1,55 @@
+"""A Node object -> the core ``Node`` (with its per-object errors).
+
+How many GPUs: the ``nvidia.com/gpu.count`` label first, then allocatable
+``nvidia.com/gpu`` divided by ``nvidia.com/gpu.replicas``. Why the label wins:
+``Node.gpu_count`` is the number of *physical* GPUs, each holding
+``gpu_memory_mib``, and that is what RLix's memory model shares between pods.
+Under NVIDIA time-slicing the device plugin advertises every GPU ``replicas``
+times (8 GPUs x 4 replicas = 32 allocatable), while GPU feature discovery's
+count label still says 8. Reading allocatable first would give that node 32
+GPUs of full memory each, and admission would promise four times the memory
+the node has. kube-scheduler keeps counting allocatable on its own, which is
+what lets time-sliced pods share a GPU at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlix.core import names
+from rlix.core.objects import facts as f
+from rlix.core.objects.bounds import ObjectError
+from rlix.core.objects.metadata import identity, part, strings
+from rlix.core.snapshot import Node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    node: Node
+    errors: tuple[ObjectError, ...]
+
+
+def read_node(obj: object) -> NodeFacts:
+    """Read one Node object; ``ObjectError`` only if it has no usable name."""
+    name = identity(obj, "Node", namespaced=False)
+    reading = f.Reading("Node", name)
+    labels, notes = strings(obj, "labels"), strings(obj, "annotations")
+    status = part(obj, "status")
+    count = reading.get(f.NODE_GPU_COUNT, labels.get(names.NODE_LABEL_GPU_COUNT))
+    if count is None:
+        offered = part(status, "allocatable").get(
+            names.GPU_RESOURCE, part(status, "capacity").get(names.GPU_RESOURCE)
+        )
+        replicas = reading.get(f.NODE_GPU_REPLICAS, labels.get(names.NODE_LABEL_GPU_REPLICAS))
+        count = reading.get(f.NODE_ALLOCATABLE, offered) // replicas
+    node = Node(
+        name=name,
+        gpu_count=count,
+        gpu_memory_mib=reading.get(f.NODE_GPU_MEMORY, labels.get(names.NODE_LABEL_GPU_MEMORY_MIB)),
+        product=reading.get(f.NODE_GPU_PRODUCT, labels.get(names.NODE_LABEL_GPU_PRODUCT)),
+        nvlink_domain=reading.get(f.NODE_NVLINK_DOMAIN, labels.get(names.LABEL_NVLINK_DOMAIN))
+        or None,
+        schedulable=not reading.get(f.NODE_UNSCHEDULABLE, part(obj, "spec").get("unschedulable")),
+        gpus=reading.get(f.NODE_GPU_STATE, notes.get(names.ANNOTATION_NODE_GPUS)),
+    )
+    return NodeFacts(node=node, errors=tuple(reading.errors))
