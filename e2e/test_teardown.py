@@ -51,20 +51,31 @@ def _start_probe(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[bytes], di
     out = tmp_path / "probe.json"
     env = {**os.environ, "RLIX_PROBE_OUT": str(out), "RLIX_PROBE_MODE": mode}
     env.pop("KUBECONFIG", None)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "pytest", str(PROBE), "-q", "-p", "no:cacheprovider"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    info: dict[str, str] = json.loads(
-        wait_for(
-            "probe session to start its cluster",
-            lambda: out.is_file() and out.read_text(),
-            timeout_s=180,
+    log = tmp_path / "probe.log"
+    with log.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pytest", str(PROBE), "-q", "-p", "no:cacheprovider"],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    )
+    try:
+        info: dict[str, str] = json.loads(
+            wait_for(
+                "probe session to start its cluster",
+                lambda: out.is_file() and out.read_text(),
+                timeout_s=180,
+            )
+        )
+    except AssertionError as exc:
+        # Never leave the probe (and the cluster it may be starting) behind, and
+        # show what it printed: a slow start on a loaded machine reads differently
+        # from a crash.
+        processes.stop_process_group(child.pid)
+        child.wait(timeout=30)
+        tail = log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"{exc}\n--- probe session output ---\n{tail}") from None
     port = _api_port(info["dir"])
     assert _cluster_pids(info["dir"]), "the probe's cluster should be running"
     out.with_suffix(".go").touch()  # let the probe go on (to fail, or to wait)
