@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -188,13 +189,32 @@ class Chaos(Demo):
         self.threads.append(thread)
 
     def _agent(self, runtime: PodRuntime, node: str, *args: str) -> tuple[bool, str]:
-        argv = [sys.executable, "-m", "rlix.cli.main", "agent", "--socket"]
-        argv += [str(runtime.sockets[node]), "--timeout", "30", *args]
+        """`rlix agent ...` as a host process the agent lets use its control ops.
+
+        The demo's agents identify callers through a private proc root (where the
+        simulated pods' cgroup files live), so the CLI's PID gets an entry there
+        whose cgroup names no pod, the way a process on the node's host would.
+        """
+        cli = [sys.executable, "-m", "rlix.cli.main", "agent", "--socket"]
+        cli += [str(runtime.sockets[node]), "--timeout", "30", *args]
+        as_host = (
+            'mkdir -p "$1/$$" && echo 0::/rlix-chaos.scope > "$1/$$/cgroup" && shift && exec "$@"'
+        )
+        proc = subprocess.Popen(
+            ["sh", "-c", as_host, "sh", str(runtime.proc_root), *cli],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            out, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
             return False, "timeout"
-        return done.returncode == 0, (done.stdout + done.stderr).strip()
+        finally:
+            shutil.rmtree(runtime.proc_root / str(proc.pid), ignore_errors=True)
+        return proc.returncode == 0, out.strip()
 
     def _suspend_resume(self, runtime: PodRuntime, pod: Any, hold: float) -> None:
         ref = f"{pod.namespace}/{pod.name}"
@@ -297,6 +317,7 @@ def _reason(output: str) -> str:
         ("no process connected", "no such pod"),
         ("not suspended", "not suspended"),
         ("already suspended", "already suspended"),
+        ("forbidden", "forbidden"),
         ("mismatch", "mismatch"),
         ("bit for bit", "mismatch"),
         ("not registered", "nothing registered"),
