@@ -6,8 +6,8 @@ from typing import Any
 
 from rlix.core import names
 from rlix.core.policy.admission import admit, queue_order
-from rlix.core.rljob import RLJob
 from rlix.core.policy.rlix_policy import RLixPolicy
+from rlix.core.rljob import RLJob
 from rlix.core.snapshot import Node
 from rlix.operator.pods import ANNOTATION_ADMITTED_NODE, build_pod, desired_pod_names
 from rlix.operator.queueing import RLixAdmission, gang_request
@@ -92,7 +92,7 @@ def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:
     too_big = gang_request(job("big", gpus=8, replicas=3, priority=5))
     decisions = {d.job: d for d in RLixAdmission()(snapshot, [fits, too_big])}
     assert decisions["ns/fits"].admitted
-    assert not decisions["ns/big"].admitted and "fits nowhere" in decisions["ns/big"].reason
+    assert not decisions["ns/big"].admitted and "fits nowhere" in decisions["ns/big"].message
     assert decisions == {d.job: d for d in admit(snapshot, [fits, too_big], RLixPolicy())}
 
 
