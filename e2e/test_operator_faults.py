@@ -160,8 +160,10 @@ def test_reapplied_job_replaces_the_orphaned_pod_of_its_predecessor(
 
     wait_for("the pod recreated for the new job", replaced)
     wait_for("Running", lambda: state(cluster, namespace, "again") == "Running")
-    reasons = {e["reason"] for e in events_for(cluster, namespace, "again")}
-    assert "StalePodReplaced" in reasons and "Succeeded" not in reasons
+    # The predecessor's events share the name; only the new job's (by uid) count.
+    events = events_for(cluster, namespace, "again")
+    reasons = {e["reason"] for e in events if e["involvedObject"].get("uid") == uid}
+    assert "StalePodReplaced" in reasons and "Succeeded" not in reasons, reasons
 
 
 def test_finished_job_left_with_running_pods_is_cleaned_up_after_a_restart(
