@@ -6,6 +6,8 @@ exactly as a node failure would, and restart it from nothing but the cluster.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -57,6 +59,15 @@ class OperatorProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+    def pause(self) -> None:
+        """SIGSTOP: the process holds its sockets but answers nothing (a hung operator)."""
+        assert self.component is not None and self.component.proc is not None
+        os.kill(self.component.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.component is not None and self.component.proc is not None
+        os.kill(self.component.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup handler runs, as when the node dies."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlix.core import names
-from rlix.core.rljob import JOB_NAME_MAX_LENGTH, RLJobSpec, RLJobStatus
+from rlix.core.rljob import DNS_LABEL, JOB_NAME_MAX_LENGTH, RLJobSpec, RLJobStatus
 
 JSON = dict[str, Any]
 
@@ -30,6 +30,7 @@ _KEPT = {
     "pattern",
     "minItems",
     "maxItems",
+    "minProperties",
     "required",
     "properties",
     "items",
@@ -126,7 +127,15 @@ def openapi_schema() -> JSON:
                     f"metadata.name must be at most {JOB_NAME_MAX_LENGTH} characters "
                     "(pod names are <job>-<role>-<index>)"
                 ),
-            }
+            },
+            {
+                # A valid object name may hold dots; a pod hostname may not.
+                "rule": f"self.metadata.name.matches('{DNS_LABEL}')",
+                "message": (
+                    "metadata.name must be a DNS label (lowercase letters, digits and '-', "
+                    "no '.'): it names the job's pods and their hostnames"
+                ),
+            },
         ],
     }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from rlix.core.phases import Phase
@@ -31,6 +31,9 @@ MAX_GPUS_PER_REPLICA: Final = 16
 MAX_GPU_MEMORY_MIB: Final = 1_048_576
 MAX_PRIORITY: Final = 1_000_000
 DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# The kubelet and the API server refuse an image with surrounding whitespace
+# (and a container runtime could not pull it): refuse it at the RLJob already.
+IMAGE: Final = r"^\S(.*\S)?$"
 ENV_NAME: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 
 
@@ -75,7 +78,13 @@ _Seconds = Annotated[int, Field(ge=0, le=7 * 24 * 3600)]
 
 
 class PhaseMemory(_Model):
-    """Per-GPU memory (MiB) a replica needs in each phase; unlisted phases cost the peak."""
+    """Per-GPU memory (MiB) a replica needs in each phase; unlisted phases cost the peak.
+
+    At least one phase: an empty map on a GPU role has no peak to reserve, and
+    the extender refuses pods without one.
+    """
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
     rollout: _MiB | None = None
     scoring: _MiB | None = None
@@ -92,6 +101,12 @@ class PhaseMemory(_Model):
             Phase.IDLE: self.idle,
         }
         return {phase: mib for phase, mib in values.items() if mib is not None}
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> PhaseMemory:
+        if not self.by_phase():
+            raise ValueError("must list the MiB of at least one phase")
+        return self
 
 
 class PhaseProfile(_Model):
@@ -132,7 +147,7 @@ class Role(_Model):
     kind: RoleKind
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     gpus_per_replica: int = Field(default=1, ge=0, le=MAX_GPUS_PER_REPLICA)
-    image: str = Field(min_length=1, max_length=512)
+    image: str = Field(min_length=1, max_length=512, pattern=IMAGE)
     command: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list, max_length=64
     )

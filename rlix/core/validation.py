@@ -11,13 +11,14 @@ Every error names the field, so ``kubectl apply`` says what to fix.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from rlix.core.rljob import JOB_NAME_MAX_LENGTH, Algorithm, RLJob, RLJobSpec, RoleKind
+from rlix.core.rljob import DNS_LABEL, JOB_NAME_MAX_LENGTH, Algorithm, RLJob, RLJobSpec, RoleKind
 from rlix.core.snapshot import ClusterSnapshot
 
 
@@ -129,6 +130,14 @@ def parse(manifest: Mapping[str, Any]) -> tuple[RLJob | None, list[FieldError]]:
     if isinstance(name, str) and len(name) > JOB_NAME_MAX_LENGTH:
         errors.append(
             FieldError("metadata.name", f"must be at most {JOB_NAME_MAX_LENGTH} characters")
+        )
+    if isinstance(name, str) and name and not re.fullmatch(DNS_LABEL, name):
+        errors.append(
+            FieldError(
+                "metadata.name",
+                "must be a DNS label (lowercase letters, digits and '-', no '.'): "
+                "it names the job's pods and their hostnames",
+            )
         )
     try:
         # Strict JSON mode: like the API server, "3" is not an integer and "yes"

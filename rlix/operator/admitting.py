@@ -2,32 +2,47 @@
 
 Deciding is the pure policy's job; this module gathers its inputs (nodes, live
 pods, reservations of admitted jobs whose pods are not bound yet) and records
-its answers: ``Admitted`` in status *before* any pod exists, so a restart finds
-the decision and creates the pods instead of deciding again; a waiting job gets
-``Admitted=False`` with the policy's reason.
+its answers. The reservations are not this process's memory but the admission
+ledger (``rlix.operator.ledger``): read before deciding, written with a
+resourceVersion precondition before any status, so neither a restart nor a
+second operator can promise the same GPUs twice. Then ``Admitted`` goes into
+status *before* any pod exists, so a restart finds the decision and creates the
+pods instead of deciding again; a waiting job gets ``Admitted=False`` with the
+policy's typed reason and its sentence.
+
+Before its first pass a (re)started admitter lists nodes, role pods and RLJobs
+from the API server itself: the watches may not have delivered them yet, and a
+pass over a half-filled cache would see running jobs' GPUs as free.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from rlix.core.policy.admission import Admission, PodPlacement, queue_order
+from rlix.core import names
+from rlix.core.policy.admission import Admission, PodPlacement, WaitReason, queue_order
 from rlix.core.rljob import CONDITION_ADMITTED, ConditionStatus, JobState, RLJob
 from rlix.core.snapshot import Workload
-from rlix.core.validation import Capacity, capacity_errors
+from rlix.core.validation import Capacity, FieldError, capacity_errors
+from rlix.operator.kube import Kube
+from rlix.operator.ledger import Entry
 from rlix.operator.metrics import Metrics
 from rlix.operator.pods import planned_workloads
 from rlix.operator.queueing import AdmissionPolicy, gang_request
 from rlix.operator.recording import Recorder
 from rlix.operator.snapshots import build_snapshot
 from rlix.operator.statuses import rfc3339, with_condition
-from rlix.operator.store import Store
+from rlix.operator.store import Body, Store
+
+log = logging.getLogger("rlix.operator")
 
 WAITING = (None, JobState.QUEUED)
+FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
 # Jobs handed to the policy per pass, in queue order. Gang placement costs tens
 # of milliseconds per job on a busy snapshot, and a pass over a thousand-job
 # queue would take half a minute; later jobs get their turn as the head of the
@@ -38,6 +53,32 @@ DEFAULT_WINDOW = 32
 MESSAGE_REFRESH_S = 10.0
 
 
+def pod_slot_errors(spec_pods: int, nodes: Iterable[Body]) -> list[FieldError]:
+    """A gang with more pods than the cluster has pod slots can never all run.
+
+    The kubelet's ``allocatable.pods`` (110 by default) bounds pods per node
+    whatever their GPUs; CPU-only roles can land on any schedulable node.
+    """
+    slots = 0
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        raw = ((node.get("status") or {}).get("allocatable") or {}).get("pods")
+        try:
+            slots += int(str(raw))
+        except ValueError:
+            return []  # a node that does not say: the cluster's pod slots are unknown
+    if spec_pods <= slots:
+        return []
+    return [
+        FieldError(
+            "spec.roles",
+            f"the job has {spec_pods} pods (the sum of replicas), but the cluster's "
+            f"schedulable nodes have {slots} pod slots (allocatable pods)",
+        )
+    ]
+
+
 @dataclass
 class Admitter:
     store: Store
@@ -45,14 +86,35 @@ class Admitter:
     policy: AdmissionPolicy
     metrics: Metrics
     clock: Callable[[], datetime]
+    kube: Kube
+    ledger_namespace: str = "default"
     window: int = DEFAULT_WINDOW
-    # job key -> pod "namespace/name" -> where admission planned it (the pod
-    # carries it too, as an annotation, for after a restart).
-    reservations: dict[str, dict[str, PodPlacement]] = field(default_factory=dict)
+    # job key -> its ledger entry (pod "namespace/name" -> where admission
+    # planned it), as last read from or written to the ledger.
+    reservations: dict[str, Entry] = field(default_factory=dict)
+    # namespaces to list at the first pass (empty: cluster-wide)
+    namespaces: tuple[str, ...] = ()
+    _primed: bool = False
     _last_write: dict[str, float] = field(default_factory=dict)
 
     def reservation(self, job: str, pod: str) -> PodPlacement | None:
-        return self.reservations.get(job, {}).get(pod)
+        entry = self.reservations.get(job)
+        return entry.placements.get(pod) if entry is not None else None
+
+    async def prime(self) -> None:
+        """Fill the store from the API server itself, before any decision."""
+        prefixes = [f"/namespaces/{ns}" for ns in self.namespaces] or [""]
+        for node in await self.kube.list_items("/api/v1/nodes"):
+            self.store.put_node(node)
+        for prefix in prefixes:
+            for pod in await self.kube.list_items(
+                f"/api/v1{prefix}/pods", label_selector=names.LABEL_JOB
+            ):
+                self.store.put_pod(pod)
+            path = f"/apis/{names.GROUP}/{names.VERSION}{prefix}/{names.PLURAL}"
+            for job in await self.kube.list_items(path):
+                self.store.put_job(job)
+        self._primed = True
 
     def _waiting(self) -> list[RLJob]:
         out = []
@@ -63,62 +125,121 @@ class Admitter:
         return out
 
     def _planned(self) -> list[Workload]:
-        """Admitted jobs' pods that are not created yet, at their reserved nodes."""
+        """Every ledger placement, as the workload its job's spec describes.
+
+        Pods that exist replace their planned twin in the snapshot (by name),
+        so a placement counts exactly until its pod is seen.
+        """
         out = []
-        for key in self.store.jobs:
-            job, _ = self.store.job(key)
-            if job is None or job.status.state not in (JobState.ADMITTED, JobState.RUNNING):
+        for key, entry in self.reservations.items():
+            job, _ = self.store.job(key) if key in self.store.jobs else (None, [])
+            if job is None:
                 continue
             for w in planned_workloads(job):
-                place = self.reservation(key, w.name)
+                place = entry.placements.get(w.name)
                 if place is not None:
                     out.append(replace(w, node=place.node, gpu_indices=place.gpus))
         return out
 
+    async def _stale(self, key: str, entry: Entry) -> bool:
+        """Whether an entry's job has finished or no longer exists (asked of the API)."""
+        body = self.store.jobs.get(key)
+        if body is None or body["metadata"].get("uid") != entry.uid:
+            namespace, name = key.split("/", 1)
+            body = await self.kube.get_rljob(namespace, name)
+            if body is None or body["metadata"].get("uid") != entry.uid:
+                return True
+            self.store.put_job(body)  # admitted by another operator, not watched yet
+        job, _ = self.store.job(key)
+        return job is None or job.status.state in FINISHED
+
     async def run(self) -> None:
         started = time.perf_counter()
-        for key in [k for k in self.reservations if k not in self.store.jobs]:
-            del self.reservations[key]
-        waiting = self._waiting()
+        if not self._primed:
+            await self.prime()
+        book = await self.kube.read_ledger(self.ledger_namespace)
+        entries = dict(book.entries)
+        stale = [k for k, e in entries.items() if await self._stale(k, e)]
+        for key in stale:
+            del entries[key]
+        self.reservations = entries
+        # Admitted in the ledger but not (yet) in status: a crash, or another
+        # operator, between the two writes. The status follows the ledger.
+        follow = [
+            job
+            for job in self._waiting()
+            if job.key in entries and entries[job.key].uid == job.metadata.get("uid")
+        ]
+        waiting = [job for job in self._waiting() if job.key not in entries]
         self.metrics.queue_length.set(len(waiting))
-        if not waiting:
-            return
+        decisions: dict[str, Admission] = {}
+        if waiting:
+            decisions = await self._decide(waiting)
+        uids = {job.key: str(job.metadata.get("uid", "")) for job in waiting}
+        admitted = {
+            k: Entry(uids[k], {p.pod: p for p in d.placements})
+            for k, d in decisions.items()
+            if d.admitted
+        }
+        if stale or admitted:
+            entries.update(admitted)
+            if not await self.kube.write_ledger(
+                self.ledger_namespace, entries, book.resource_version
+            ):
+                # Another admitter wrote first: decide again from what it wrote.
+                log.info("admission ledger changed under this pass; deciding again")
+                self.store.queue_changed = True
+                self.store.wakeup.set()
+                return
+            self.reservations = entries
+        self.metrics.admission_seconds.observe(time.perf_counter() - started)
+        by_key = {job.key: job for job in waiting}
+        records = [self._record(by_key[k], d) for k, d in decisions.items()]
+        for job in follow:
+            placements = tuple(entries[job.key].placements.values())
+            records.append(self._record(job, Admission(job.key, True, placements)))
+        await asyncio.gather(*records)
+
+    async def _decide(self, waiting: list[RLJob]) -> dict[str, Admission]:
         snapshot = build_snapshot(self.store.nodes.values(), self.store.all_pods(), self._planned())
         capacity = Capacity.of(snapshot)
         decisions: dict[str, Admission] = {}
         candidates = []
         for job in waiting:
             if capacity is None:
-                decisions[job.key] = Admission(job.key, False, reason="no schedulable GPU node")
+                decisions[job.key] = Admission.waiting(
+                    job.key, WaitReason.NO_GPU_NODE, "no schedulable GPU node"
+                )
                 continue
-            never = capacity_errors(job.spec, capacity)
+            never = capacity_errors(job.spec, capacity) + pod_slot_errors(
+                len(planned_workloads(job)), self.store.nodes.values()
+            )
             if never:
                 text = "; ".join(str(e) for e in never)
-                decisions[job.key] = Admission(job.key, False, reason=f"can never fit: {text}")
+                decisions[job.key] = Admission.waiting(
+                    job.key, WaitReason.NEVER_FITS, f"can never fit: {text}"
+                )
             else:
                 candidates.append(gang_request(job))
         ordered = queue_order(candidates)
         considered, behind = ordered[: self.window], ordered[self.window :]
         for position, request in enumerate(behind, start=self.window + 1):
-            decisions[request.job] = Admission(
+            decisions[request.job] = Admission.waiting(
                 request.job,
-                False,
-                reason=f"position {position} in the queue; the first {self.window} are "
+                WaitReason.QUEUED,
+                f"position {position} in the queue; the first {self.window} are "
                 "considered in each admission pass",
             )
         # The policy is CPU-bound pure code: run it off the event loop so watch
         # events, status writes and the webhook keep being served meanwhile.
         for decision in await asyncio.to_thread(self.policy, snapshot, considered):
             decisions[decision.job] = decision
-        self.metrics.admission_seconds.observe(time.perf_counter() - started)
-        by_key = {job.key: job for job in waiting}
-        await asyncio.gather(*(self._record(by_key[k], d) for k, d in decisions.items()))
+        return decisions
 
     async def _record(self, job: RLJob, decision: Admission) -> None:
         now = self.clock()
         generation = job.metadata.get("generation")
         if decision.admitted:
-            self.reservations[job.key] = {p.pod: p for p in decision.placements}
             new = job.status.model_copy(
                 update={
                     "state": JobState.ADMITTED,
@@ -141,13 +262,7 @@ class Admitter:
                 self.metrics.admitted.inc()
                 await self.recorder.event(job.key, "Normal", "Admitted", message)
             return
-        reason = (
-            "NeverFits"
-            if decision.reason.startswith("can never fit")
-            else "Queued"
-            if decision.reason.startswith("position ")
-            else "WaitingForGPUs"
-        )
+        reason = str(decision.reason or WaitReason.WAITING_FOR_GPUS)
         old = job.status.condition(CONDITION_ADMITTED)
         if old is not None and old.reason == reason:
             last = self._last_write.get(job.key, 0.0)
@@ -165,11 +280,12 @@ class Admitter:
             CONDITION_ADMITTED,
             ConditionStatus.FALSE,
             reason,
-            decision.reason,
+            decision.message,
             now=now,
             generation=generation,
         )
         if await self.recorder.status(job.key, job.status, new):
             self._last_write[job.key] = time.monotonic()
             if old is None or old.reason != reason:
-                await self.recorder.event(job.key, "Normal", reason, decision.reason)
+                kind = "Warning" if decision.reason is WaitReason.NEVER_FITS else "Normal"
+                await self.recorder.event(job.key, kind, reason, decision.message)

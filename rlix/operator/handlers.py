@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ from rlix.operator.store import Store, job_key
 @dataclass
 class Options:
     webhook_server: kopf.WebhookServer | None = None
+    # Writes the webhook configuration (ours, not kopf's: see rlix.operator.webhook).
+    register_webhook: Callable[[], Awaitable[None]] | None = None
     # A watch that receives nothing for server_timeout is re-established; the
     # client timeout catches connections the server side silently dropped.
     watch_server_timeout_s: int = 120
@@ -65,7 +68,8 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
         settings.posting.level = logging.WARNING
         if options.webhook_server is not None:
             settings.admission.server = options.webhook_server
-            settings.admission.managed = webhook.WEBHOOK_CONFIGURATION
+        if options.register_webhook is not None:
+            await options.register_webhook()
         task = asyncio.create_task(run_loop(store, runtime.admitter, runtime.reconciler))
         runtime.tasks.append(task)
 

@@ -14,6 +14,7 @@ import functools
 import itertools
 import json
 import os
+import urllib.parse
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -22,6 +23,8 @@ from typing import Any
 from kubernetes import client, config
 
 from rlix.core import names
+from rlix.operator import ledger
+from rlix.operator.ledger import Entry, Ledger
 
 COMPONENT = "rlix-operator"
 
@@ -45,6 +48,16 @@ class KubeError(Exception):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"HTTP {status}: {body[:500]}")
         self.status = status
+        self.message = _status_message(body) or body[:500]
+
+
+def _status_message(body: str) -> str:
+    """The ``message`` of a metav1.Status body: the sentence naming field or quota."""
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return ""
+    return str(found.get("message", "")) if isinstance(found, dict) else ""
 
 
 class Kube:
@@ -85,7 +98,11 @@ class Kube:
         return await loop.run_in_executor(self._pool, call)
 
     async def create_pod(self, body: Mapping[str, Any]) -> bool:
-        """Create the pod; False when it already exists (a restart re-creating it)."""
+        """Create the pod; False when it already exists (a restart re-creating it).
+
+        Any other refusal (422 invalid, 403 quota or policy) raises ``KubeError``
+        for the reconciler to report on the job.
+        """
         namespace = body["metadata"]["namespace"]
         try:
             await self._request("POST", f"/api/v1/namespaces/{namespace}/pods", dict(body))
@@ -155,6 +172,79 @@ class Kube:
             # never stop reconciliation.
             if exc.status not in (403, 404, 409, 422):
                 raise
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        """GET one object (or list); None on 404."""
+        try:
+            result = await self._request("GET", path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result if isinstance(result, dict) else None
+
+    async def get_rljob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        path = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.PLURAL}/{name}"
+        return await self.get(path)
+
+    async def read_ledger(self, namespace: str) -> Ledger:
+        found = await self.get(f"/api/v1/namespaces/{namespace}/configmaps/{ledger.NAME}")
+        if found is None:
+            return Ledger(None)
+        data = found.get("data") or {}
+        return Ledger(
+            found["metadata"]["resourceVersion"], ledger.decode(data.get(ledger.DATA_KEY))
+        )
+
+    async def write_ledger(
+        self, namespace: str, entries: Mapping[str, Entry], resource_version: str | None
+    ) -> bool:
+        """Write the ledger if nobody wrote it since ``resource_version``; False on conflict.
+
+        Create when it did not exist (409: someone else created it first), else
+        replace with the resourceVersion precondition (409: someone wrote since).
+        """
+        body = ledger.configmap(namespace, entries, resource_version)
+        base = f"/api/v1/namespaces/{namespace}/configmaps"
+        try:
+            if resource_version is None:
+                await self._request("POST", base, body)
+            else:
+                await self._request("PUT", f"{base}/{ledger.NAME}", body)
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def list_items(self, path: str, label_selector: str = "") -> list[dict[str, Any]]:
+        """Every object of a list, page by page (a thousand jobs are one big list)."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = {"limit": "500"}
+            if label_selector:
+                query["labelSelector"] = label_selector
+            if token:
+                query["continue"] = token
+            found = await self.get(f"{path}?{urllib.parse.urlencode(query)}")
+            if found is None:
+                return items
+            items.extend(found.get("items") or [])
+            token = (found.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    async def put_webhook_configuration(self, body: Mapping[str, Any]) -> None:
+        """Create or replace a ValidatingWebhookConfiguration (ours, by name)."""
+        base = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+        name = body["metadata"]["name"]
+        current = await self.get(f"{base}/{name}")
+        if current is None:
+            await self._request("POST", base, dict(body))
+            return
+        meta = {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+        await self._request("PUT", f"{base}/{name}", {**body, "metadata": meta})
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import kopf
 
+from rlix.operator import webhook
 from rlix.operator.admitting import DEFAULT_WINDOW, Admitter
 from rlix.operator.certificates import make_certificates
 from rlix.operator.handlers import Options, Runtime, build_registry
@@ -55,6 +56,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     hook.add_argument("--webhook-port", type=int, default=9443, help="HTTPS port (default 9443)")
     hook.add_argument("--cert-dir", type=Path, help="where to write the self-signed certificates")
+    hook.add_argument(
+        "--webhook-timeout-seconds",
+        type=int,
+        default=webhook.DEFAULT_TIMEOUT_S,
+        help="how long the API server waits for the webhook before skipping it "
+        "(failurePolicy Ignore; 1..30, default %(default)s)",
+    )
     parser.add_argument(
         "--metrics-port", type=int, default=0, help="serve Prometheus metrics here (0: off)"
     )
@@ -71,19 +79,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_WINDOW,
         help="queued jobs (in queue order) the policy considers per pass (default %(default)s)",
     )
+    parser.add_argument(
+        "--ledger-namespace",
+        default="default",
+        help="namespace of the admission ledger ConfigMap (rlix-admission-ledger); every "
+        "operator of one cluster must name the same one (default %(default)s)",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
 
 
-def _webhook_server(args: argparse.Namespace) -> kopf.WebhookServer | None:
+def _webhook(args: argparse.Namespace, kube: Kube) -> Options:
     if args.no_webhook:
-        return None
+        return Options()
     directory = args.cert_dir or Path(tempfile.mkdtemp(prefix="rlix-operator-certs-"))
     # Listening on 0.0.0.0 in a pod is fine, but the URL the API server gets must
     # name something it can reach: the advertised host.
     advertised = args.webhook_advertise_host or args.webhook_host
     certs = make_certificates(directory, [advertised, "localhost"])
-    return kopf.WebhookServer(
+    server = kopf.WebhookServer(
         addr=args.webhook_host,
         port=args.webhook_port,
         host=advertised,
@@ -91,6 +105,16 @@ def _webhook_server(args: argparse.Namespace) -> kopf.WebhookServer | None:
         pkeyfile=str(certs.key),
         cafile=str(certs.ca),
     )
+    body = webhook.configuration(
+        f"https://{advertised}:{args.webhook_port}",
+        certs.ca.read_bytes(),
+        timeout_s=args.webhook_timeout_seconds,
+    )
+
+    async def register() -> None:
+        await kube.put_webhook_configuration(body)
+
+    return Options(webhook_server=server, register_webhook=register)
 
 
 def build_runtime(args: argparse.Namespace) -> Runtime:
@@ -104,12 +128,20 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         metrics.serve(args.metrics_port)
     recorder = Recorder(store, kube, clock)
     admitter = Admitter(
-        store, recorder, RLixAdmission(), metrics, clock, window=args.admission_window
+        store,
+        recorder,
+        RLixAdmission(),
+        metrics,
+        clock,
+        kube,
+        ledger_namespace=args.ledger_namespace,
+        window=args.admission_window,
+        namespaces=tuple(args.namespace),
     )
     reconciler = Reconciler(
         store, kube, recorder, admitter, metrics, clock, backoff_base_s=args.backoff_base_seconds
     )
-    return Runtime(store, admitter, reconciler, Options(webhook_server=_webhook_server(args)))
+    return Runtime(store, admitter, reconciler, _webhook(args, kube))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,12 @@ deterministic and creation treats "already exists" as success; the restart
 count lives in status; the only in-memory state (backoff deadlines, failures
 already counted) is an optimisation a restart may lose, never a correctness
 requirement.
+
+A pod is the job's only if its controller ownerReference carries the job's
+UID: a pod of the same name left by an earlier job of the same name (deleted
+with ``--cascade=orphan``) is deleted and replaced, never adopted. A finished
+job's pods are deleted *before* its final state is written, and finished jobs
+are revisited on every resync, so a crash at any point leaves no pod running.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from rlix.core.rljob import (
 )
 from rlix.core.validation import FieldError
 from rlix.operator.admitting import Admitter
-from rlix.operator.kube import Kube
+from rlix.operator.kube import Kube, KubeError
 from rlix.operator.metrics import Metrics
 from rlix.operator.pods import build_pod, desired_pod_names
 from rlix.operator.recording import Recorder
@@ -36,6 +42,14 @@ from rlix.operator.store import Body, Store
 
 ACTIVE = (JobState.ADMITTED, JobState.RUNNING)
 FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
+# Pod refusals that no retry can change: the job fails and its capacity is freed.
+PERMANENT = (400, 422)
+
+
+def owned_by(body: Body, uid: str) -> bool:
+    """Whether ``uid`` is the pod's controller (a name match alone proves nothing)."""
+    refs = body.get("metadata", {}).get("ownerReferences") or []
+    return any(r.get("controller") and r.get("uid") == uid for r in refs)
 
 
 def backoff_s(restarts: int, *, base_s: float = 1.0, cap_s: float = 300.0) -> float:
@@ -72,7 +86,9 @@ class Reconciler:
             await self._invalid(key, errors)
         elif job.status.state in ACTIVE:
             await self._active(job)
-        elif job.status.state is JobState.FAILED:
+        elif job.status.state in FINISHED:
+            # Also after a restart: a crash between a cleanup and its status
+            # write, or an older operator that wrote the status first.
             await self._delete_pods(job)
         self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
@@ -98,13 +114,16 @@ class Reconciler:
     async def _active(self, job: RLJob) -> None:
         now = self.clock()
         desired = desired_pod_names(job)
-        pods = {n: b for n, b in self.store.pods_of(job.key).items() if n in desired}
+        pods = await self._own_pods(job, desired)
         status = job.status
         restarts = status.restarts + await self._handle_failures(job, pods)
         if restarts > job.spec.backoff_limit:
             await self._fail(job, restarts, "BackoffLimitExceeded")
             return
-        await self._create_missing(job, desired, pods)
+        refusal = await self._create_missing(job, desired, pods)
+        if refusal is not None and refusal.status in PERMANENT:
+            await self._fail(job, restarts, "PodRejected", _refusal_text(refusal))
+            return
         views = [PodView.of(b) for b in pods.values()]
         new = observe(status, job.spec, views, now)
         state = running_state(len(desired), views)
@@ -120,18 +139,32 @@ class Reconciler:
         )
         running = sum(1 for v in views if v.pod_phase == "Running")
         bound = sum(1 for v in views if v.node)
+        message = f"{running}/{len(desired)} pods running, {bound} bound to nodes"
+        reason = "AllPodsRunning" if state is JobState.RUNNING else "PodsStarting"
+        if refusal is not None:
+            # Quota or policy: the admitted capacity stays promised (raising the
+            # quota lets the job start), and the job says why it does not.
+            reason, message = "PodCreationRefused", _refusal_text(refusal)
+            old = status.condition(CONDITION_RUNNING)
+            if old is None or old.reason != reason:
+                await self.recorder.event(job.key, "Warning", reason, message)
         new = with_condition(
             new,
             CONDITION_RUNNING,
             ConditionStatus.TRUE if state is JobState.RUNNING else ConditionStatus.FALSE,
-            "AllPodsRunning" if state is JobState.RUNNING else "PodsStarting",
-            f"{running}/{len(desired)} pods running, {bound} bound to nodes",
+            reason,
+            message,
             now=now,
             generation=job.metadata.get("generation"),
         )
-        await self.recorder.status(job.key, status, new)
-        if state is JobState.SUCCEEDED and status.state is not JobState.SUCCEEDED:
+        finishing = state is JobState.SUCCEEDED and status.state is not JobState.SUCCEEDED
+        if finishing:
+            # Delete first, mark second: a crash in between leaves a job that
+            # is still active and is finished again, never a finished job
+            # whose pods hold GPUs.
             await self._delete_pods(job)
+        await self.recorder.status(job.key, status, new)
+        if finishing:
             await self.recorder.event(job.key, "Normal", "Succeeded", "the trainer finished")
             self.store.queue_changed = True
 
@@ -155,14 +188,39 @@ class Reconciler:
             )
         return failed
 
+    async def _own_pods(self, job: RLJob, desired: dict[str, tuple[Role, int]]) -> dict[str, Body]:
+        """The job's pods by name; another incarnation's pods of our names are deleted."""
+        uid = str(job.metadata.get("uid", ""))
+        own: dict[str, Body] = {}
+        for name, body in self.store.pods_of(job.key).items():
+            if name not in desired:
+                continue
+            if owned_by(body, uid):
+                own[name] = body
+                continue
+            if body["metadata"].get("deletionTimestamp"):
+                continue  # already going; recreated once the DELETE event arrives
+            await self.kube.delete_pod(job.namespace, name)
+            await self.recorder.event(
+                job.key,
+                "Warning",
+                "StalePodReplaced",
+                f"pod {name} (uid {body['metadata'].get('uid')}) is not owned by this job "
+                f"(uid {uid}), e.g. left by an earlier job of the same name; deleted, "
+                "to be recreated",
+            )
+        return own
+
     async def _create_missing(
         self, job: RLJob, desired: dict[str, tuple[Role, int]], pods: dict[str, Body]
-    ) -> None:
+    ) -> KubeError | None:
+        """Create the pods that do not exist; the first refusal, if the API refused one."""
         uid = str(job.metadata.get("uid", ""))
         now = time.monotonic()
         todo = []
+        present = self.store.pods_of(job.key)
         for name, (role, index) in desired.items():
-            if name in pods or self._not_before.get(f"{job.key}/{name}", 0.0) > now:
+            if name in present or self._not_before.get(f"{job.key}/{name}", 0.0) > now:
                 continue
             place = self.admitter.reservation(job.key, f"{job.namespace}/{name}")
             todo.append(
@@ -171,17 +229,26 @@ class Reconciler:
                 )
             )
         if not todo:
-            return
-        created = await asyncio.gather(*(self.kube.create_pod(p) for p in todo))
-        count = sum(created)
+            return None
+        results = await asyncio.gather(
+            *(self.kube.create_pod(p) for p in todo), return_exceptions=True
+        )
+        refusals = [r for r in results if isinstance(r, KubeError) and 400 <= r.status < 500]
+        unexpected = [r for r in results if isinstance(r, BaseException) and r not in refusals]
+        if unexpected:
+            raise unexpected[0]
+        count = sum(1 for r in results if r is True)
         self.metrics.pods_created.inc(count)
         if count:
             await self.recorder.event(
                 job.key, "Normal", "CreatedPods", f"created {count} of {len(desired)} pods"
             )
+        return refusals[0] if refusals else None
 
-    async def _fail(self, job: RLJob, restarts: int, reason: str) -> None:
-        message = f"{restarts} pod failures, over backoffLimit {job.spec.backoff_limit}"
+    async def _fail(self, job: RLJob, restarts: int, reason: str, message: str = "") -> None:
+        message = message or f"{restarts} pod failures, over backoffLimit {job.spec.backoff_limit}"
+        # Delete first, mark second (see the module docstring).
+        await self._delete_pods(job)
         new = with_condition(
             job.status.model_copy(update={"state": JobState.FAILED, "restarts": restarts}),
             CONDITION_FAILED,
@@ -193,14 +260,20 @@ class Reconciler:
         )
         await self.recorder.status(job.key, job.status, new)
         await self.recorder.event(job.key, "Warning", reason, message)
-        await self._delete_pods(job)
+        self.store.queue_changed = True
 
     async def _delete_pods(self, job: RLJob) -> None:
-        """Free the GPUs of a finished job; finished pods stay for their logs."""
+        """Free the GPUs of a finished job; finished pods stay for their logs.
+
+        Only the job's own pods: a pod of our name that another job owns is
+        not ours to delete.
+        """
+        uid = str(job.metadata.get("uid", ""))
         doomed = [
             name
             for name, body in self.store.pods_of(job.key).items()
-            if body.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            if owned_by(body, uid)
+            and body.get("status", {}).get("phase") not in ("Succeeded", "Failed")
         ]
         await asyncio.gather(*(self.kube.delete_pod(job.namespace, n) for n in doomed))
         if doomed:
@@ -210,3 +283,8 @@ class Reconciler:
 def _is_trainer(job: RLJob, role: str) -> bool:
     spec_role = job.spec.role(role)
     return spec_role is not None and spec_role.kind is RoleKind.TRAINER
+
+
+def _refusal_text(error: KubeError) -> str:
+    """The API server's own message (it names the field, quota or policy)."""
+    return f"the API server refused a pod (HTTP {error.status}): {error.message}"

@@ -4,13 +4,23 @@ The schema and its CEL rules judge one object alone; whether a role asks for
 more GPU memory than any GPU here has, or more GPUs per replica than any node
 has, depends on the cluster, so this handler checks the manifest against the
 operator's node cache with the same ``rlix.core.validation`` the operator uses.
-It is registered with ``failurePolicy: Ignore``: while the operator is down the
-schema still guards the API and the operator marks such jobs Failed when it
-returns, instead of every RLJob write failing.
+The operator writes its own ValidatingWebhookConfiguration (``configuration``)
+rather than letting kopf manage one, because kopf fixes ``timeoutSeconds`` at
+30: with the operator stopped (SIGSTOP, a stuck event loop, a paused node) the
+API server would hold every RLJob write for that long. Ours says
+``failurePolicy: Ignore`` with a short timeout, so a write waits at most a few
+seconds on an unresponsive operator and then goes through on the CRD's schema
+and CEL rules alone. What is lost while the webhook is skipped are only the
+checks that need the cluster (``rlix.core.validation.capacity_errors``: more
+GPUs per replica than any node has, more memory than any GPU, more GPUs than
+the cluster): the operator runs the same checks at admission, so such a job is
+accepted but then held with ``Admitted=False``, reason ``NeverFits``, and a
+Warning event, instead of being refused at apply time.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,7 +30,45 @@ from rlix.core import names
 from rlix.core.validation import Capacity, validate_manifest
 
 WEBHOOK_CONFIGURATION = "rlix.io"
+HANDLER_ID = "validate"  # kopf serves each handler at /<id>
+# The webhook answers from memory in milliseconds; 2 s is generous for a live
+# operator and bounds what a stopped one costs every RLJob write.
+DEFAULT_TIMEOUT_S = 2
 _MANIFEST_KEYS = ("apiVersion", "kind", "metadata", "spec")
+
+
+def configuration(base_url: str, ca_pem: bytes, *, timeout_s: int) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration pointing the API server at this operator."""
+    if not 1 <= timeout_s <= 30:
+        raise ValueError(f"webhook timeoutSeconds must be 1..30 (the API's range), got {timeout_s}")
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION},
+        "webhooks": [
+            {
+                "name": f"{HANDLER_ID}.{WEBHOOK_CONFIGURATION}",
+                "clientConfig": {
+                    "url": f"{base_url.rstrip('/')}/{HANDLER_ID}",
+                    "caBundle": base64.b64encode(ca_pem).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": [names.GROUP],
+                        "apiVersions": [names.VERSION],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": [names.PLURAL],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": timeout_s,
+                "sideEffects": "None",
+                "matchPolicy": "Equivalent",
+                "admissionReviewVersions": ["v1"],
+            }
+        ],
+    }
 
 
 def review(
@@ -38,7 +86,7 @@ def register(registry: kopf.OperatorRegistry, capacity: Callable[[], Capacity | 
         names.GROUP,
         names.VERSION,
         names.PLURAL,
-        id="validate",
+        id=HANDLER_ID,
         operations=["CREATE", "UPDATE"],
         ignore_failures=True,
         registry=registry,

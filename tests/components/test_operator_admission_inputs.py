@@ -92,7 +92,7 @@ def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:
     too_big = gang_request(job("big", gpus=8, replicas=3, priority=5))
     decisions = {d.job: d for d in RLixAdmission()(snapshot, [fits, too_big])}
     assert decisions["ns/fits"].admitted
-    assert not decisions["ns/big"].admitted and "fits nowhere" in decisions["ns/big"].reason
+    assert not decisions["ns/big"].admitted and "fits nowhere" in decisions["ns/big"].message
     assert decisions == {d.job: d for d in admit(snapshot, [fits, too_big], RLixPolicy())}
 
 

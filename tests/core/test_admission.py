@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlix.core.phases import Phase
-from rlix.core.policy.admission import GangRequest, admit, place_gang, queue_order
+from rlix.core.policy.admission import GangRequest, WaitReason, admit, place_gang, queue_order
 from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
 
@@ -34,14 +34,15 @@ def test_gang_is_admitted_only_when_every_pod_fits() -> None:
     # even though its first pod would fit.
     decision, after = place_gang(cluster(8, 4), job("a", 2, 8), KUBE_DEFAULT)
     assert not decision.admitted
-    assert "after placing 1 of 2 pods" in decision.reason
-    assert "Insufficient nvidia.com/gpu (4 free, pod needs 8)" in decision.reason
+    assert decision.reason is WaitReason.WAITING_FOR_GPUS
+    assert "after placing 1 of 2 pods" in decision.message
+    assert "Insufficient nvidia.com/gpu (4 free, pod needs 8)" in decision.message
     assert after == cluster(8, 4)  # nothing half-bound
 
 
 def test_admitted_gang_binds_every_pod_on_distinct_gpus() -> None:
     decision, after = place_gang(cluster(8, 8), job("a", 2, 8), KUBE_DEFAULT)
-    assert decision.admitted
+    assert decision.admitted and decision.reason is None
     assert sorted(p.node for p in decision.placements) == ["n0", "n1"]
     assert all(p.gpus == tuple(range(8)) for p in decision.placements)
     assert {w.node for w in after.workloads if w.job == "a"} == {"n0", "n1"}
@@ -58,13 +59,13 @@ def test_blocked_big_job_does_not_block_a_small_one_behind_it() -> None:
         cluster(6), [job("big", 1, 8, 0, 0.0), job("small", 1, 2, 0, 1.0)], KUBE_DEFAULT
     )
     assert [(d.job, d.admitted) for d in decisions] == [("big", False), ("small", True)]
-    assert decisions[0].reason.endswith("1 x Insufficient nvidia.com/gpu (6 free, pod needs 8)")
+    assert decisions[0].message.endswith("1 x Insufficient nvidia.com/gpu (6 free, pod needs 8)")
 
 
 def test_earlier_admissions_consume_capacity_for_later_ones() -> None:
     decisions = admit(cluster(8), [job("a", 1, 6), job("b", 1, 4, arrival=1.0)], GANG_BINPACK)
     assert [d.admitted for d in decisions] == [True, False]
-    assert "0/1 nodes are available" in decisions[1].reason
+    assert "0/1 nodes are available" in decisions[1].message
 
 
 def test_spread_and_binpack_pick_opposite_nodes() -> None:

@@ -69,6 +69,8 @@ def schema_errors(value: Any, node: dict[str, Any], path: str) -> list[str]:
             if key is not None:
                 seen.add(key)
     if isinstance(value, dict):
+        if len(value) < node.get("minProperties", 0):
+            out.append(f"{path}: should have at least {node['minProperties']} properties")
         props = node.get("properties", {})
         for name in node.get("required", []):
             if name not in value:

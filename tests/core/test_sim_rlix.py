@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlix.core.phases import Phase
-from rlix.core.policy.admission import GangRequest, place_gang, place_pod
+from rlix.core.policy.admission import GangRequest, WaitReason, place_gang, place_pod
 from rlix.core.policy.placement import PlacementView, filter_nodes, score_nodes
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.sim.engine import DecisionRecord, simulate
@@ -74,7 +74,8 @@ def test_waiting_jobs_get_a_reason_from_the_policy() -> None:
     pods = (Workload("t/x/p0", "t/x", "actor-rollout-ref", 8, MEM),)
     decision, _ = place_gang(snapshot, GangRequest("t/x", 0, 0.0, pods), RLixPolicy())
     assert not decision.admitted
-    assert "node has 4 GPUs, pod needs 8 on one node" in decision.reason
+    assert decision.reason is WaitReason.WAITING_FOR_GPUS
+    assert "node has 4 GPUs, pod needs 8 on one node" in decision.message
 
 
 def test_pods_of_one_gang_do_not_share_gpus_while_empty_nodes_exist() -> None:

@@ -13,11 +13,14 @@ use, while a large waiting job's starvation is bounded by preemption instead.
 
 The placement questions go to a ``PlacementPolicy``: the operator and the
 simulator call this same function with RLix's policy, so what is benchmarked is
-what decides. Reasons are sentences a user reads in ``kubectl describe rljob``.
+what decides. A decision carries a typed ``WaitReason`` (what callers branch on,
+and the condition's ``reason``) and a sentence (what a user reads in
+``kubectl describe rljob``); nobody has to parse the sentence.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -44,14 +47,33 @@ class PodPlacement:
     score: int
 
 
+class WaitReason(enum.StrEnum):
+    """Why a job is not admitted; the value is the ``Admitted=False`` condition's reason."""
+
+    # Every pod has somewhere to go once capacity frees: the normal wait.
+    WAITING_FOR_GPUS = "WaitingForGPUs"
+    # Beyond the admission window: not even tried this pass.
+    QUEUED = "Queued"
+    # Larger than the whole cluster, or its pods could not exist on it: waiting
+    # will not help until the cluster (or the spec) changes.
+    NEVER_FITS = "NeverFits"
+    # The cluster has no schedulable GPU node yet: nothing can be judged.
+    NO_GPU_NODE = "NoGPUNode"
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The decision for one job; ``reason`` says why it waits (empty when admitted)."""
+    """The decision for one job: admitted with placements, or a reason and a message."""
 
     job: str
     admitted: bool
     placements: tuple[PodPlacement, ...] = ()
-    reason: str = ""
+    reason: WaitReason | None = None  # None exactly when admitted
+    message: str = ""
+
+    @classmethod
+    def waiting(cls, job: str, reason: WaitReason, message: str) -> Admission:
+        return cls(job, False, reason=reason, message=message)
 
 
 def queue_order(requests: Iterable[GangRequest]) -> list[GangRequest]:
@@ -104,10 +126,8 @@ def place_gang(
         if placement is None:
             where = f"pod {pod.name} ({pod.gpus} GPUs)"
             done = f" after placing {len(placements)} of {len(request.pods)} pods"
-            return (
-                Admission(request.job, False, reason=f"{where} fits nowhere{done}: {reason}"),
-                snapshot,
-            )
+            message = f"{where} fits nowhere{done}: {reason}"
+            return Admission.waiting(request.job, WaitReason.WAITING_FOR_GPUS, message), snapshot
         placements.append(placement)
         trial = trial.with_workload(bind(pod, placement))
     return Admission(request.job, True, tuple(placements)), trial
