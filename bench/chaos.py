@@ -1,6 +1,6 @@
 """make chaos: a few hundred RLJobs while RLix's own processes are killed at random.
 
-    .venv/bin/python bench/chaos.py [--jobs 200] [--kill-window 300] [--seed 1]
+    .venv/bin/python bench/chaos.py [--jobs 300] [--kill-window 180] [--seed 1]
 
 The demo's machinery (a real local control plane, kwok GPU nodes, the real
 extender, operator and node agents, one simulated trainer process per bound
@@ -10,7 +10,7 @@ runs a generated mix of small jobs. While the kill window lasts, a chaos loop:
 * SIGKILLs the operator, the extender or one node agent at random moments and
   restarts it a moment later (as a kubelet restarts a crashed container);
 * suspends a random running trainer pod in place through the agent (`rlix
-  agent suspend --target host`) and resumes it a few seconds later, so some
+  agent suspend`) and resumes it a few seconds later, so some
   suspensions are in flight when an agent dies.
 
 Then it lets the cluster drain and checks the invariants:
@@ -20,8 +20,8 @@ Then it lets the cluster drain and checks the invariants:
 * no byte lost: no trainer reported a restore that was not bit for bit, and no
   resume the agent refused for a mismatch;
 * no park file left in any agent's park dir;
-* no GPU over-promised: at every sample, the GPUs of Admitted and Running jobs
-  fit the cluster.
+* no GPU over-promised: at every sample, the gangs of admitted jobs plus the
+  GPUs of the live pods of running jobs fit the cluster.
 
 Writes bench/results/chaos.md (and .json) with the counts and this command;
 exits 1 when an invariant is broken. Not part of `make test`: it takes minutes.
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlix.core import names
 from rlix.demo.components import Components
 from rlix.demo.pods import PodRuntime
 from rlix.demo.runner import FINISHED, Demo, DemoOptions
@@ -84,6 +85,8 @@ class Tallies:
     max_promised: int = 0
     over_promised_samples: int = 0
     samples: int = 0
+    first_over_promise: dict[str, Any] = field(default_factory=dict)
+    last_refusals: list[str] = field(default_factory=list)
 
 
 class Chaos(Demo):
@@ -107,7 +110,7 @@ class Chaos(Demo):
         dead: dict[str, float] = {}  # component -> when to restart it
         started = time.monotonic()
         next_kill = started + self.rng.uniform(5, 15)
-        next_suspend = started + self.rng.uniform(3, 6)
+        next_suspend = started + self.rng.uniform(*self.args.suspend_every)
         deadline = started + self.o.timeout_s
         last_print = 0.0
         while time.monotonic() < deadline:
@@ -127,7 +130,7 @@ class Chaos(Demo):
                 next_kill = now + self.rng.uniform(*self.args.kill_every)
             if chaos_on and now >= next_suspend:
                 self._suspend_one(runtime)
-                next_suspend = now + self.rng.uniform(2, 6)
+                next_suspend = now + self.rng.uniform(*self.args.suspend_every)
             try:
                 view = kube.view(self.namespace)
             except Exception as exc:  # the API server itself is not killed; be patient
@@ -219,7 +222,7 @@ class Chaos(Demo):
     def _suspend_resume(self, runtime: PodRuntime, pod: Any, hold: float) -> None:
         ref = f"{pod.namespace}/{pod.name}"
         try:
-            ok, out = self._agent(runtime, pod.node, "suspend", ref, "--target", "host")
+            ok, out = self._agent(runtime, pod.node, "suspend", ref, "--target", self.args.target)
             if not ok:
                 self.t.suspends_refused[_reason(out)] += 1
                 return
@@ -231,6 +234,7 @@ class Chaos(Demo):
                     self.t.resumes_ok += 1
                     return
                 reason = _reason(out)
+                self.t.last_refusals.append(f"resume {ref}: {out[-300:]}")
                 if reason in ("agent down", "timeout", "no such pod"):
                     time.sleep(1)
                     continue
@@ -246,17 +250,47 @@ class Chaos(Demo):
         for pod in view.pods:
             meta = pod["metadata"]
             self.t.uids_by_pod[meta["name"]].add(meta["uid"])
+        # What is promised: the whole gang of a job admitted but not yet running,
+        # and the GPUs of the live pods of every other job (a running job's
+        # finished pods hold nothing).
         promised = 0
+        state = {j["metadata"]["name"]: (j.get("status") or {}).get("state") for j in view.rljobs}
         for job in view.rljobs:
-            if (job.get("status") or {}).get("state") in ("Admitted", "Running"):
+            if state[job["metadata"]["name"]] == "Admitted":
                 promised += sum(
                     int(r.get("replicas", 1)) * int(r.get("gpusPerReplica", 0))
                     for r in job["spec"]["roles"]
                 )
+        for pod in view.pods:
+            meta = pod["metadata"]
+            job_name = (meta.get("labels") or {}).get(names.LABEL_JOB, "")
+            if (
+                state.get(job_name) == "Admitted"
+                or meta.get("deletionTimestamp")
+                or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            ):
+                continue
+            promised += sum(
+                int(((c.get("resources") or {}).get("limits") or {}).get(names.GPU_RESOURCE, 0))
+                for c in pod["spec"].get("containers", [])
+            )
         self.t.samples += 1
         self.t.max_promised = max(self.t.max_promised, promised)
         if promised > self.capacity:
             self.t.over_promised_samples += 1
+            if not self.t.first_over_promise:
+                self.t.first_over_promise = {
+                    "promised": promised,
+                    "admitted": sorted(n for n, st in state.items() if st == "Admitted"),
+                    "live_pods": sorted(
+                        f"{p['metadata']['name']}@{p['spec'].get('nodeName', '-')}:"
+                        f"{(p.get('status') or {}).get('phase')}"
+                        for p in view.pods
+                        if not p["metadata"].get("deletionTimestamp")
+                        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                    ),
+                    "states": {n: st for n, st in state.items() if st not in ("Succeeded",)},
+                }
 
     def verdict(self, kube: Any) -> dict[str, Any]:
         jobs = kube.rljobs(self.namespace)
@@ -296,6 +330,8 @@ class Chaos(Demo):
             "max_gpus_promised": self.t.max_promised,
             "samples_over_promised": self.t.over_promised_samples,
             "samples": self.t.samples,
+            "first_over_promise": self.t.first_over_promise,
+            "last_refusals": self.t.last_refusals[-20:],
             "checks": checks,
         }
 
@@ -360,12 +396,21 @@ def report(result: dict[str, Any], argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--jobs", type=int, default=200)
+    ap.add_argument("--jobs", type=int, default=300)
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--kill-window", type=float, default=300, help="seconds of chaos")
+    ap.add_argument("--kill-window", type=float, default=180, help="seconds of chaos")
     ap.add_argument(
-        "--kill-every", type=float, nargs=2, default=(8.0, 20.0), help="seconds between kills"
+        "--kill-every", type=float, nargs=2, default=(4.0, 10.0), help="seconds between kills"
+    )
+    ap.add_argument(
+        "--suspend-every", type=float, nargs=2, default=(1.0, 3.0), help="seconds between suspends"
+    )
+    ap.add_argument(
+        "--target",
+        default="self",
+        help="where suspended memory goes: self (the pod's pinned pool; the demo trainers "
+        "register plain buffers, which only `self` parks), host or gpu:<i>",
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800)

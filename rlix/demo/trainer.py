@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import rlix
-from rlix.client.checksums import fingerprint
+from rlix.core.digests import host_digest
 
 # SM utilisation a phase of this shape shows on a GPU (rollout decoding is
 # memory-bound; training and scoring keep the SMs busy; weight sync is copies).
@@ -41,12 +41,12 @@ class DeviceBuffer:
         assert self.device is not None, "suspended twice"
         self.parked = bytes(self.device)
         self.device = None  # the "device" memory is free now
-        return {"weights": (len(self.parked), fingerprint(self.parked))}
+        return {"weights": (len(self.parked), host_digest(self.parked))}
 
     def restore(self) -> dict[str, str]:
         assert self.parked is not None, "resumed without a suspend"
         self.device, self.parked = bytearray(self.parked), None
-        return {"weights": fingerprint(bytes(self.device))}
+        return {"weights": host_digest(self.device)}
 
 
 def _report(gpus: Sequence[int], memory: dict[str, int], phase: str) -> None:
