@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from e2e.kube import apply, get_json, pod, wait_for
-from rlix.agent.testing import AgentProcess
+from tests.support.agent_fakes import AgentProcess
 from rlix.cli.main import main as rlix
 from rlix.core.names import (
     ANNOTATION_NODE_GPUS,

@@ -592,7 +592,9 @@ def check_relocation(
     import subprocess
     import tempfile
 
-    from rlix.agent.testing import AgentProcess
+    # The agent harness lives with the tests (tests/support).
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.support.agent_fakes import AgentProcess
 
     n = int(gb * GB)
     root = Path(tempfile.mkdtemp(prefix="rlix-gpu-check-"))

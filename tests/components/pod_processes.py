@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from rlix.agent.testing import AgentProcess
+from tests.support.agent_fakes import AgentProcess
 from rlix.core import agent_protocol as proto
 
 UID = "dddddddd-0000-4000-8000-000000000004"

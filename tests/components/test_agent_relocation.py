@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
+from tests.support.agent_fakes import AgentProcess
 from rlix.core import agent_protocol as proto
 from tests.components.pod_processes import (
     POD,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlix.agent.testing import AgentProcess, exchange
+from tests.support.agent_fakes import AgentProcess, exchange
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_PHASE_SINCE
 

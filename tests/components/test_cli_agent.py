@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
+from tests.support.agent_fakes import AgentProcess
 from rlix.cli.main import main
 from tests.components.pod_processes import POD, UID, Trainer, wait_connected
 

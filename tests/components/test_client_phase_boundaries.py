@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rlix.agent.testing import HOST_CGROUP, AgentProcess
+from tests.support.agent_fakes import HOST_CGROUP, AgentProcess
 from rlix.client.hooks import CallableHook
 from rlix.client.runtime import Runtime
 from rlix.core import agent_protocol as proto

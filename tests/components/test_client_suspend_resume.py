@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
+from tests.support.agent_fakes import AgentProcess
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_PHASE, ANNOTATION_SUSPENDED
 from tests.components.pod_processes import (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
+from tests.support.agent_fakes import AgentProcess
 from rlix.core import agent_protocol as proto
 from tests.integrations._harness import Run
 
