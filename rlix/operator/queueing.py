@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from rlix.core.policy.admission import Admission, GangRequest, admit
-from rlix.core.rljob import RLJob
 from rlix.core.policy.rlix_policy import RLixPolicy
+from rlix.core.rljob import RLJob
 from rlix.core.snapshot import ClusterSnapshot
 from rlix.operator.pods import planned_workloads
 from rlix.operator.statuses import parse_time

@@ -6,8 +6,8 @@ from typing import Any
 
 from rlix.core import names
 from rlix.core.policy.admission import admit, queue_order
-from rlix.core.rljob import RLJob
 from rlix.core.policy.rlix_policy import RLixPolicy
+from rlix.core.rljob import RLJob
 from rlix.core.snapshot import Node
 from rlix.operator.pods import ANNOTATION_ADMITTED_NODE, build_pod, desired_pod_names
 from rlix.operator.queueing import RLixAdmission, gang_request

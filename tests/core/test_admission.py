@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rlix.core.policy.admission import GangRequest, admit, place_gang, queue_order
 from rlix.core.phases import Phase
+from rlix.core.policy.admission import GangRequest, admit, place_gang, queue_order
 from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from rlix.core.phases import Phase
-from rlix.core.policy.placement import PlacementView, filter_nodes, fit, next_phase, node_load, owed_mib
+from rlix.core.policy.placement import (
+    PlacementView,
+    filter_nodes,
+    fit,
+    next_phase,
+    node_load,
+    owed_mib,
+)
 from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
 from rlix.core.snapshot import Workload
 

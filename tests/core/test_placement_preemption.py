@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rlix.core.policy.placement import PlacementView, choose_victims, choose_victims_on, victim_units
+from rlix.core.policy.placement import (
+    PlacementView,
+    choose_victims,
+    choose_victims_on,
+    victim_units,
+)
 from rlix.core.policy.placement.builders import ClusterBuilder, cluster, node, pod
 from rlix.core.snapshot import Workload
 

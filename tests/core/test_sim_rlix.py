@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rlix.core.policy.admission import GangRequest, place_gang, place_pod
 from rlix.core.phases import Phase
+from rlix.core.policy.admission import GangRequest, place_gang, place_pod
 from rlix.core.policy.placement import PlacementView, filter_nodes, score_nodes
-from rlix.core.sim.engine import DecisionRecord, simulate
 from rlix.core.policy.rlix_policy import RLixPolicy
+from rlix.core.sim.engine import DecisionRecord, simulate
 from rlix.core.sim.schedulers import rlix
 from rlix.core.sim.workload import JobProfile
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload

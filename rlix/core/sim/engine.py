@@ -16,8 +16,8 @@ import heapq
 from collections import Counter
 from collections.abc import Callable
 
-from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.phases import Phase
+from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
 from rlix.core.sim.interference import slowdown_table

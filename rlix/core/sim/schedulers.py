@@ -17,8 +17,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
 from rlix.core.policy.port import PlacementPolicy
+from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
 
 
 class QueueOrder(enum.Enum):
