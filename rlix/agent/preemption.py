@@ -264,9 +264,13 @@ class Preemption:
         freed: list[str] = []
         for uid, pid, path in self._parks.files():
             with self._lock:
-                owned = (uid, pid) in self._relocating or self._holds(uid, pid)
+                if (uid, pid) in self._relocating:
+                    continue  # a copy in progress
+                held = self._holds(uid, pid)
                 known = any(pid in r.processes for r in self.suspended.values())
-            if owned or (path.suffix == ".park" and not known and self._alive(pid)):
+            # A *.tmp outside a copy is always a leftover; a park file is kept
+            # when a record holds it, or for a live process no record mentions.
+            if path.suffix == ".park" and (held or (not known and self._alive(pid))):
                 continue
             nbytes = self._parks.remove(path)
             log.warning(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,3 +297,35 @@ def test_a_process_that_dies_while_relocated_has_its_park_file_released(
     assert agent.control(proto.OP_STATUS).body["gpus"][1]["usedMiB"] == 0
     assert f"pid {pid} of {POD} exited while suspended" in agent.log_text()
     assert not (agent.state_dir / "suspended" / f"{UID}.json").exists()
+
+
+def test_park_files_without_an_owner_are_freed_at_start_and_while_running(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    """Issue 18.6: what a killed agent leaves on the tmpfs is host memory that
+    nobody else returns; the agent frees whatever no record owns."""
+    pid = trainer.proc.pid
+    before = trainer.ready["digest"]
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host").ok
+    agent.kill(signal.SIGKILL)
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    other = agent.park_dir / "eeeeeeee-0000-4000-8000-000000000005"
+    other.mkdir(parents=True)
+    (other / f"{exited.pid}.park").write_bytes(b"x" * 4096)  # its owner exited, no record
+    cut_short = agent.park_dir / UID / f"{pid}.tmp"
+    cut_short.write_bytes(b"x" * 4096)  # a copy the SIGKILL interrupted
+    agent.start()
+    assert not other.exists() and not cut_short.exists()
+    assert park_file(agent, pid).exists()  # a record owns this one: the only copy
+    assert "no record holds it" in agent.log_text()
+
+    stray = agent.park_dir / UID / f"{exited.pid}.park"
+    stray.write_bytes(b"x")
+    deadline = time.monotonic() + 20
+    while stray.exists():  # the periodic pass
+        assert time.monotonic() < deadline, agent.log_text()
+        time.sleep(0.05)
+    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
+    assert trainer.ask("digest")["digest"] == before
+    assert not (agent.park_dir / UID).exists()
