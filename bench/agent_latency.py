@@ -29,9 +29,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlix.agent.testing import AgentProcess
 from rlix.client.runtime import Runtime
 from rlix.core import agent_protocol as proto
+
+# The agent harness lives with the tests (tests/support).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.agent_fakes import AgentProcess
 
 UID = "eeeeeeee-0000-4000-8000-000000000005"
 RESULTS = Path(__file__).parent / "results" / "agent_latency.md"

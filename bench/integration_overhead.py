@@ -46,11 +46,14 @@ import torch
 
 import rlix
 import rlix.integrations.trl
-from rlix.agent.testing import AgentProcess
 from rlix.integrations import PhaseSwitcher
 
+# The harness lives with the tests (tests/support), beside the GRPO run they share.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrations"))
 import _grpo_run  # the same tiny model, tokenizer and reward as the test
+
+from tests.support.agent_fakes import AgentProcess
 
 UID = "cdcdcdcd-0000-4000-8000-000000000007"
 RESULTS = Path(__file__).parent / "results" / "integration_overhead.md"

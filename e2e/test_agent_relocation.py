@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from e2e.kube import apply, get_json, pod, wait_for
-from rlix.agent.testing import AgentProcess
 from rlix.cli.main import main as rlix
 from rlix.core.names import (
     ANNOTATION_NODE_GPUS,
@@ -26,6 +25,7 @@ from rlix.core.names import (
 )
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
 from tests.components.pod_processes import Trainer, wait_connected
+from tests.support.agent_fakes import AgentProcess
 
 pytest.importorskip("torch")
 

@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The agent harness lives with the tests (tests/support.agent_fakes).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 GB = 10**9
 GIB = 1 << 30
 SKIPPED_EXIT = 77
@@ -592,7 +595,7 @@ def check_relocation(
     import subprocess
     import tempfile
 
-    from rlix.agent.testing import AgentProcess
+    from tests.support.agent_fakes import AgentProcess  # the repo root is on sys.path
 
     n = int(gb * GB)
     root = Path(tempfile.mkdtemp(prefix="rlix-gpu-check-"))

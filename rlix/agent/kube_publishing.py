@@ -7,10 +7,11 @@ the agent needs RBAC ``patch`` on nodes and pods and ``list`` on pods.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rlix.agent.identities import PodIdentity
-from rlix.agent.publishing import Annotations
+from rlix.agent.publishing import Annotations, ObjectGoneError
 
 
 class KubePublisher:
@@ -19,11 +20,24 @@ class KubePublisher:
         self._api = api
 
     def patch_node_annotations(self, *, node: str, annotations: Annotations) -> None:
-        self._api.patch_node(node, {"metadata": {"annotations": dict(annotations)}})
+        body = {"metadata": {"annotations": dict(annotations)}}
+        _patch(f"node {node}", lambda: self._api.patch_node(node, body))
 
     def patch_pod_annotations(self, *, namespace: str, name: str, annotations: Annotations) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
-        self._api.patch_namespaced_pod(name, namespace, body)
+        _patch(
+            f"pod {namespace}/{name}", lambda: self._api.patch_namespaced_pod(name, namespace, body)
+        )
+
+
+def _patch(what: str, call: Callable[[], Any]) -> None:
+    """One patch; a 404 becomes :class:`ObjectGoneError` (final, not retried)."""
+    try:
+        call()
+    except Exception as exc:  # kubernetes.client.ApiException carries the HTTP status
+        if getattr(exc, "status", None) == 404:
+            raise ObjectGoneError(f"{what} not found") from exc
+        raise
 
 
 class KubePodDirectory:

@@ -229,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         relocator=relocator,
     )
     preemption.reap()  # processes that exited while this agent was down
+    preemption.reconcile_parks()  # copies a killed agent left half-done or unowned
     for problem in preemption.load_problems:
         logging.error("unreadable suspended-pod record (kept for inspection): %s", problem)
     server = AgentServer(

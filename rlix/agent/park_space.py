@@ -156,6 +156,33 @@ class ParkSpace:
                     data.close()
         return bad, unchecked
 
+    def files(self) -> list[tuple[str, int, Path]]:
+        """Every park file and half-written ``*.tmp`` as (pod uid, pid, path).
+
+        Anything else under the root is not the agent's and is left alone.
+        """
+        out: list[tuple[str, int, Path]] = []
+        if not self.root.is_dir():
+            return out
+        for pod_dir in sorted(self.root.iterdir()):
+            if not pod_dir.is_dir() or not _UID.match(pod_dir.name):
+                continue
+            for path in sorted(pod_dir.iterdir()):
+                if path.suffix in (".park", ".tmp") and path.stem.isdigit():
+                    out.append((pod_dir.name, int(path.stem), path))
+        return out
+
+    def remove(self, path: Path) -> int:
+        """Delete one file :meth:`files` listed; returns the bytes it held."""
+        try:
+            nbytes = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # only when it was the pod's last park file
+        return nbytes
+
     def delete(self, uid: str, pid: int) -> None:
         path = self.path(uid, pid)
         path.unlink(missing_ok=True)

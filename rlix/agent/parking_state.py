@@ -22,17 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from rlix.core.agent_protocol import Location
+
 _UID = re.compile(r"^[0-9a-f-]{1,64}$")
 
 
 class ManifestError(ValueError):
     """A client's parked manifest is not in the documented shape."""
-
-
-WHERE_SELF = "host"  # in the client's own pinned pool
-WHERE_DRIVER = "driver-checkpoint"  # saved by the CUDA driver inside the process
-WHERE_EXPORTED = "exported"  # exported to the agent, not yet copied: the client still holds it
-WHERE_RELOCATED = "relocated-"  # + "host" or "gpu:<i>": the agent holds the only copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +43,7 @@ class ParkedEntry:
 class Manifest:
     """What one client process parked (see docs/node-agent.md)."""
 
-    where: str  # one of the WHERE_* values
+    where: Location
     entries: tuple[ParkedEntry, ...]
     size: int | None = None  # bytes of the export (relocation only)
 
@@ -57,13 +53,13 @@ class Manifest:
 
     @property
     def relocated(self) -> bool:
-        return self.where.startswith(WHERE_RELOCATED)
+        return self.where.agent_holds
 
-    def moved_to(self, where: str) -> Manifest:
+    def moved_to(self, where: Location) -> Manifest:
         return Manifest(where=where, entries=self.entries, size=self.size)
 
     def to_doc(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"where": self.where, "entries": []}
+        doc: dict[str, Any] = {"where": str(self.where), "entries": []}
         for e in self.entries:
             entry: dict[str, Any] = {"name": e.name, "nbytes": e.nbytes, "checksum": e.checksum}
             if e.offset is not None:
@@ -77,9 +73,10 @@ class Manifest:
 def manifest_from_doc(doc: Any) -> Manifest:
     if not isinstance(doc, Mapping):
         raise ManifestError(f"manifest must be an object, got {type(doc).__name__}")
-    where = doc.get("where")
-    if not isinstance(where, str) or not where:
-        raise ManifestError("manifest needs a non-empty string 'where'")
+    try:
+        where = Location.parse(doc.get("where"))
+    except ValueError as exc:
+        raise ManifestError(f"manifest 'where': {exc}") from None
     raw = doc.get("entries")
     if not isinstance(raw, list):
         raise ManifestError("manifest needs a list 'entries'")
@@ -122,7 +119,7 @@ class SuspendedPod:
 
     def to_doc(self) -> dict[str, Any]:
         return {
-            "version": 1,
+            "version": STATE_VERSION,
             "uid": self.uid,
             "namespace": self.namespace,
             "name": self.name,
@@ -132,15 +129,37 @@ class SuspendedPod:
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> SuspendedPod:
-        if doc.get("version") != 1:
-            raise ManifestError(f"unsupported state file version {doc.get('version')!r}")
+        version = doc.get("version")
+        if version not in (1, STATE_VERSION):
+            raise ManifestError(f"unsupported state file version {version!r}")
+        processes = doc["processes"]
+        if version == 1:
+            processes = {p: _from_v1(m) for p, m in processes.items()}
         return cls(
             uid=str(doc["uid"]),
             namespace=str(doc["namespace"]),
             name=str(doc["name"]),
             since=str(doc["since"]),
-            processes={int(p): manifest_from_doc(m) for p, m in doc["processes"].items()},
+            processes={int(p): manifest_from_doc(m) for p, m in processes.items()},
         )
+
+
+# Version 2 names where memory is with the protocol's Location (``self``,
+# ``host``, ``gpu:<i>``); version 1, written by older agents, said ``host`` for
+# the process's own pool and ``relocated-host`` / ``relocated-gpu:<i>`` for the
+# agent's copies. Read both, so an agent upgrade strands no suspended pod.
+STATE_VERSION = 2
+
+
+def _from_v1(manifest: Any) -> Any:
+    if not isinstance(manifest, Mapping):
+        return manifest  # manifest_from_doc says what is wrong with it
+    where = manifest.get("where")
+    if where == "host":
+        where = "self"
+    elif isinstance(where, str):
+        where = where.removeprefix("relocated-")
+    return {**manifest, "where": where}
 
 
 class StateStore:

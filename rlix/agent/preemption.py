@@ -27,8 +27,6 @@ from rlix.agent.driver_checkpoint import Checkpointer, CheckpointUnsupportedErro
 from rlix.agent.gpus import GpuBackend
 from rlix.agent.park_space import ExportError, ParkSpace
 from rlix.agent.parking_state import (
-    WHERE_DRIVER,
-    WHERE_RELOCATED,
     Manifest,
     ManifestError,
     StateStore,
@@ -38,6 +36,7 @@ from rlix.agent.parking_state import (
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.relocation import DeviceRelocator, RelocationUnsupportedError
 from rlix.core import agent_protocol as proto
+from rlix.core.agent_protocol import Location, Place
 from rlix.core.names import ANNOTATION_SUSPENDED
 
 log = logging.getLogger(__name__)
@@ -72,6 +71,9 @@ class Preemption:
         self._timeout_s = timeout_s
         self._lock = threading.RLock()
         self._sessions: dict[str, dict[int, Connection]] = {}
+        # (pod uid, pid) whose park file is being written or checked right now:
+        # it has no "relocated" record yet, and must not be reconciled away.
+        self._relocating: set[tuple[str, int]] = set()
         self.suspended, self.load_problems = store.load_all()
         for pod in self.suspended.values():
             backend.set_parked(frozenset(pod.processes), True)
@@ -152,46 +154,138 @@ class Preemption:
             }
 
     def on_hello(self, conn: Connection, parked: Any) -> dict[str, Any]:
-        """A (re)connecting client; if it says it is parked, make sure we know."""
+        """A (re)connecting client says whether it is parked; our record decides.
+
+        Only the agent's own record makes a process suspended (and publishes it
+        so): a pod's word is no proof. A claim without a record is a suspend
+        whose answer this agent never saw (it was restarted while the process
+        waited for its phase boundary) or a process that lies; either way the
+        process is resumed, from its own memory or from a park file this agent
+        holds for it, so it never stays parked with nobody to resume it.
+        """
         pod = conn.caller.pod
         assert pod is not None
+        with self._lock:
+            rec = self.suspended.get(pod.uid)
+            recorded = rec is not None and conn.pid in rec.processes
         if parked is None:
-            return {"suspended": False}
+            if not recorded:
+                self._free_stray_park(pod.uid, conn.pid, "it is running, not parked")
+            return {"suspended": recorded}
         try:
             manifest = manifest_from_doc(parked)
         except ManifestError as exc:
             raise proto.ProtocolError(proto.E_BAD_FIELD, f"parked: {exc}") from None
-        with self._lock:
-            rec = self.suspended.get(pod.uid)
-            if rec is None or conn.pid not in rec.processes:
-                # Our record is gone (state dir wiped?): adopt the client's own
-                # manifest rather than strand a parked process.
-                log.warning("adopting parked state reported by pid %d of %s", conn.pid, pod.key)
-                self._record(conn, self._adoptable(pod.uid, conn.pid, manifest))
-        return {"suspended": True}
-
-    def _adoptable(self, uid: str, pid: int, manifest: Manifest) -> Manifest:
-        """A client's own account of what it parked, checked against what we hold."""
-        if manifest.where == "relocated" or manifest.relocated:
-            size = self._parks.size(uid, pid)
+        if recorded:
+            return {"suspended": True}
+        if manifest.relocated:
+            size = self._parks.size(pod.uid, conn.pid)
             if size is None or size != manifest.size:
+                held = "no park file" if size is None else f"{size} bytes"
+                log.error(
+                    "pid %d of %s says the agent holds its memory (%s), but this agent has "
+                    "no record and holds %s for it: nothing to resume it from",
+                    conn.pid,
+                    pod.key,
+                    manifest.where,
+                    held,
+                )
                 raise proto.ProtocolError(
                     proto.E_CONFLICT,
-                    f"parked: says relocated, but the agent holds "
-                    f"{'no park file' if size is None else f'{size} bytes'} for pid {pid}",
+                    f"parked: says relocated to {manifest.where}, but the agent has no record "
+                    f"of it and holds {held} for pid {conn.pid}",
                 )
-            return manifest.moved_to(f"{WHERE_RELOCATED}{proto.TARGET_HOST}")
-        return manifest
+        log.warning(
+            "pid %d of %s says it is parked (%s) but this agent has no record of suspending "
+            "it: resuming it",
+            conn.pid,
+            pod.key,
+            manifest.where,
+        )
+        threading.Thread(
+            target=self._resume_unrecorded, args=(conn, manifest, parked), daemon=True
+        ).start()
+        return {"suspended": False}
+
+    def _resume_unrecorded(self, conn: Connection, manifest: Manifest, doc: Any) -> None:
+        """Bring back a process that is parked without a record (see :meth:`on_hello`)."""
+        pod = conn.caller.pod
+        assert pod is not None
+        if manifest.relocated:
+            problem = self._fill(pod.uid, conn, manifest)
+            if problem:
+                log.error("pid %d of %s stays parked: %s", conn.pid, pod.key, problem)
+                return
+        # The process's own manifest: it checks its restored bytes against it.
+        reply = conn.request(proto.OP_RESUME, manifest=doc)
+        try:
+            answer = reply.result(timeout=self._timeout_s)
+        except Exception as exc:
+            log.error("pid %d of %s: resume of an unrecorded park: %s", conn.pid, pod.key, exc)
+            return
+        if not answer.ok:
+            log.error("pid %d of %s refused to resume: %s", conn.pid, pod.key, answer.error_message)
+            return
+        log.info("pid %d of %s resumed (it was parked without a record)", conn.pid, pod.key)
+        self._free_stray_park(pod.uid, conn.pid, "it resumed")
+        with self._lock:
+            still = pod.uid in self.suspended
+        if pod.namespace and not still:
+            # A previous agent may have published it suspended before it lost the record.
+            self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_SUSPENDED: None})
+
+    def _free_stray_park(self, uid: str, pid: int, why: str) -> None:
+        """Delete a park file of a process that no record says the agent holds."""
+        with self._lock:
+            if (uid, pid) in self._relocating or self._holds(uid, pid):
+                return
+        if self._parks.size(uid, pid) is not None:
+            self._parks.delete(uid, pid)
+            log.warning("freed the park file of pid %d of pod %s: %s", pid, uid, why)
+
+    def _holds(self, uid: str, pid: int) -> bool:
+        """Whether a record says the agent holds this process's memory (under the lock)."""
+        rec = self.suspended.get(uid)
+        manifest = rec.processes.get(pid) if rec is not None else None
+        return manifest is not None and manifest.relocated
+
+    def reconcile_parks(self) -> list[str]:
+        """Free every park file (and half-written ``*.tmp``) that no record owns.
+
+        An agent killed mid-copy leaves a ``*.tmp``; one killed after the copy
+        but before the process released its memory leaves a whole park file
+        while the process still holds its own copy (its record says
+        ``exported``). Host memory on a tmpfs is never returned by anyone else,
+        so the agent frees at start and periodically whatever has no live owner:
+        a record that says the agent holds it, a relocation in flight, or a live
+        process this agent has no record of (its hello decides, see
+        :meth:`on_hello`).
+        """
+        freed: list[str] = []
+        for uid, pid, path in self._parks.files():
+            with self._lock:
+                if (uid, pid) in self._relocating:
+                    continue  # a copy in progress
+                held = self._holds(uid, pid)
+                known = any(pid in r.processes for r in self.suspended.values())
+            # A *.tmp outside a copy is always a leftover; a park file is kept
+            # when a record holds it, or for a live process no record mentions.
+            if path.suffix == ".park" and (held or (not known and self._alive(pid))):
+                continue
+            nbytes = self._parks.remove(path)
+            log.warning(
+                "freed %s (%d bytes): no record holds it and no copy is in flight", path, nbytes
+            )
+            freed.append(str(path))
+        return freed
 
     # -- suspend -----------------------------------------------------------------
-    def suspend_pod(self, uid: str, target: str = proto.TARGET_SELF) -> dict[str, Any]:
-        relocate = target != proto.TARGET_SELF
-        if target.startswith(proto.TARGET_GPU_PREFIX):
-            gpu = int(target.removeprefix(proto.TARGET_GPU_PREFIX))
+    def suspend_pod(self, uid: str, target: Location = proto.SELF) -> dict[str, Any]:
+        if target.gpu is not None:
             count = len(self._backend.gpus())
-            if gpu >= count:
+            if target.gpu >= count:
                 raise proto.ProtocolError(
-                    proto.E_BAD_FIELD, f"target {target!r}: this node has {count} GPUs"
+                    proto.E_BAD_FIELD, f"target '{target}': this node has {count} GPUs"
                 )
         with self._lock:
             if uid in self.suspended:
@@ -209,9 +303,11 @@ class Preemption:
         errors: list[str] = []
         for conn in conns:
             if conn.hooks:
-                fut = conn.request(proto.OP_SUSPEND, relocate=relocate)
+                fut = conn.request(proto.OP_SUSPEND, target=str(target))
                 recorded[fut] = threading.Event()
-                fut.add_done_callback(functools.partial(self._on_parked, conn, recorded[fut]))
+                fut.add_done_callback(
+                    functools.partial(self._on_parked, conn, target, recorded[fut])
+                )
                 futures[fut] = conn
             else:
                 errors.extend(self._driver_suspend(conn))
@@ -230,6 +326,10 @@ class Preemption:
                 errors.append(f"pid {futures[fut].pid}: {reply}")
                 continue
             try:
+                if reply.body.get("export") is not None and not target.agent_holds:
+                    raise proto.ProtocolError(
+                        proto.E_BAD_FIELD, f"exported its memory for a suspend to '{target}'"
+                    )
                 if reply.body.get("export") is not None:
                     # Waiters wake before done-callbacks run: let the "exported"
                     # record land first, so the relocated one replaces it.
@@ -241,12 +341,23 @@ class Preemption:
                 _close_reply_fds(fut)
         with self._lock:
             rec = self.suspended.get(uid)
-            parked = {pid: m.where for pid, m in rec.processes.items()} if rec else {}
+            parked = {str(pid): str(m.where) for pid, m in rec.processes.items()} if rec else {}
         if errors:
             raise proto.ProtocolError(proto.E_FAILED, "; ".join(errors))
-        return {"pod_uid": uid, "parked": {str(p): w for p, w in parked.items()}}
+        return {"pod_uid": uid, "parked": parked}
 
-    def _relocate(self, conn: Connection, reply: proto.Reply, target: str) -> None:
+    def _relocate(self, conn: Connection, reply: proto.Reply, target: Location) -> None:
+        pod = conn.caller.pod
+        assert pod is not None
+        with self._lock:
+            self._relocating.add((pod.uid, conn.pid))
+        try:
+            self._relocate_copy(conn, reply, target)
+        finally:
+            with self._lock:
+                self._relocating.discard((pod.uid, conn.pid))
+
+    def _relocate_copy(self, conn: Connection, reply: proto.Reply, target: Location) -> None:
         """Copy a process's export to the target, check it, then let it free its memory.
 
         Until ``release`` is answered the process still holds its memory, so a
@@ -260,6 +371,10 @@ class Preemption:
         manifest: Manifest | None = None
         try:
             manifest = manifest_from_doc(raw_manifest)
+            if manifest.where.place is not Place.EXPORTED:
+                raise ExportError(
+                    f"an export needs a manifest at 'exported', not '{manifest.where}'"
+                )
             if not isinstance(export, dict) or not isinstance(export.get("cuda", []), list):
                 raise ExportError("'export' must be an object with a 'cuda' list")
             size = manifest.size or 0
@@ -282,9 +397,8 @@ class Preemption:
             )
             if bad:
                 raise ExportError(f"the parked copy does not match the checksums of {bad}")
-            if target.startswith(proto.TARGET_GPU_PREFIX):
-                gpu = int(target.removeprefix(proto.TARGET_GPU_PREFIX))
-                self._relocator.hold(owner, gpu, self._parks.path(pod.uid, conn.pid), size)
+            if target.gpu is not None:
+                self._relocator.hold(owner, target.gpu, self._parks.path(pod.uid, conn.pid), size)
         except (ExportError, RelocationUnsupportedError, OSError, ValueError, KeyError) as exc:
             self._parks.delete(pod.uid, conn.pid)
             self._relocator.drop(owner)
@@ -292,7 +406,7 @@ class Preemption:
             raise proto.ProtocolError(
                 proto.E_FAILED, f"relocation to {target} failed, resumed in place: {exc}"
             ) from None
-        self._record(conn, manifest.moved_to(f"{WHERE_RELOCATED}{target}"))
+        self._record(conn, manifest.moved_to(target))
         release = conn.request(proto.OP_RELEASE)
         try:
             answer = release.result(timeout=self._timeout_s)
@@ -326,20 +440,39 @@ class Preemption:
             ]
         except Exception as exc:
             return [f"pid {conn.pid}: driver checkpoint failed: {exc}"]
-        self._record(conn, Manifest(where=WHERE_DRIVER, entries=()))
+        self._record(conn, Manifest(where=Location(Place.DRIVER), entries=()))
         return []
 
     def _on_parked(
-        self, conn: Connection, recorded: threading.Event, fut: Future[proto.Reply]
+        self,
+        conn: Connection,
+        target: Location,
+        recorded: threading.Event,
+        fut: Future[proto.Reply],
     ) -> None:
+        """Record a park reply, if it is one the request allows.
+
+        The process says where its memory is, but only two answers fit a
+        suspend: its own pool (``self``), or ``exported`` when the agent asked
+        to take the memory. Any other claim (``host``, a GPU, the driver) would
+        have the agent record, and publish, a parking it never did; the process
+        is told to resume instead.
+        """
         try:
             reply = _result(fut)
             if isinstance(reply, str):
                 return
+            raw = reply.body.get("manifest")
             try:
-                manifest = manifest_from_doc(reply.body.get("manifest"))
+                manifest = manifest_from_doc(raw)
+                allowed = {Place.SELF, Place.EXPORTED} if target.agent_holds else {Place.SELF}
+                if manifest.where.place not in allowed:
+                    raise ManifestError(
+                        f"'where' is '{manifest.where}' in answer to a suspend to '{target}'"
+                    )
             except ManifestError as exc:
-                log.error("pid %d sent a bad park manifest: %s", conn.pid, exc)
+                log.error("pid %d sent a bad park manifest (%s): resuming it", conn.pid, exc)
+                conn.request(proto.OP_RESUME, manifest=raw).add_done_callback(_close_reply_fds)
                 return
             self._record(conn, manifest)
         finally:
@@ -373,7 +506,7 @@ class Preemption:
         futures: dict[Future[proto.Reply], int] = {}
         for pid, manifest in work.items():
             conn = conns.get(pid)
-            if manifest.where == WHERE_DRIVER:
+            if manifest.where.place is Place.DRIVER:
                 try:
                     self._checkpointer.resume(pid)
                     resumed.append(pid)
@@ -386,12 +519,8 @@ class Preemption:
                     else ("its parked copy lives in that process")
                 )
                 errors.append(f"pid {pid} is not connected (yet); {held}, retry once it reconnects")
-            elif manifest.relocated:
-                problem = self._fill(uid, conn, manifest)
-                if problem:
-                    errors.append(f"pid {pid}: {problem}")
-                    continue
-                futures[conn.request(proto.OP_RESUME, manifest=manifest.to_doc())] = pid
+            elif manifest.relocated and (problem := self._fill(uid, conn, manifest)):
+                errors.append(f"pid {pid}: {problem}")
             else:
                 futures[conn.request(proto.OP_RESUME, manifest=manifest.to_doc())] = pid
         done, not_done = wait_futures(futures, timeout=self._timeout_s)

@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Mapping
 
-from rlix.agent.publishing import Publisher
+from rlix.agent.publishing import ObjectGoneError, Publisher
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ class BackgroundPublisher:
                         self._port.patch_pod_annotations(
                             namespace=namespace, name=name, annotations=values
                         )
+                except ObjectGoneError as exc:
+                    log.info("%s %s is gone (%s): its annotations are dropped", kind, key, exc)
                 except Exception as exc:  # the API server may be down; keep the data
                     log.warning("publishing %s %s failed (%s); will retry", kind, key, exc)
                     failed[(kind, key)] = values

@@ -19,6 +19,14 @@ from typing import Protocol
 Annotations = Mapping[str, str | None]
 
 
+class ObjectGoneError(Exception):
+    """The object to patch no longer exists (the API server said 404).
+
+    Retrying cannot help: a deleted pod does not come back under the same name
+    and UID, so its pending annotations are dropped, not retried forever.
+    """
+
+
 class Publisher(Protocol):
     def patch_node_annotations(self, *, node: str, annotations: Annotations) -> None: ...
 

@@ -55,8 +55,6 @@ class DeviceRelocator(Protocol):
         """Keep a copy of the park file in HBM of ``gpu`` (the ``gpu:<i>`` target)."""
         ...
 
-    def holds(self, owner: str) -> bool: ...
-
     def unpark(self, owner: str, cuda: Sequence[Mapping[str, Any]], park_file: Path) -> None:
         """Copy into the pod's freshly exported device buffers, from HBM if held."""
         ...
@@ -85,10 +83,6 @@ class SimulatedHbm:
         self._backend.hold(owner, gpu, max(1, -(-size // MIB)))
         with self._lock:
             self._held[owner] = gpu
-
-    def holds(self, owner: str) -> bool:
-        with self._lock:
-            return owner in self._held
 
     def unpark(self, owner: str, cuda: Sequence[Mapping[str, Any]], park_file: Path) -> None:
         if cuda:
@@ -225,10 +219,6 @@ class CudaRelocator:
             raise
         with self._lock:
             self._held[owner] = (gpu, int(dptr), size)
-
-    def holds(self, owner: str) -> bool:
-        with self._lock:
-            return owner in self._held
 
     def unpark(self, owner: str, cuda: Sequence[Mapping[str, Any]], park_file: Path) -> None:
         if not cuda:

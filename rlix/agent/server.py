@@ -102,6 +102,7 @@ class AgentServer:
         while not self._stop.wait(interval_s):
             try:
                 self.preemption.reap()
+                self.preemption.reconcile_parks()
             except Exception:
                 log.exception("releasing the memory of exited processes failed")
             try:

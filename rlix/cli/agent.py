@@ -71,7 +71,8 @@ def add_parser(sub: Any) -> None:
     suspend.add_argument("pod", help="namespace/name or pod UID")
     suspend.add_argument(
         "--target",
-        default=proto.TARGET_SELF,
+        type=_target,
+        default=proto.SELF,
         help="self (default), host or gpu:<index>; see `rlix agent --help`",
     )
     resume = actions.add_parser("resume", help="resume a suspended pod")
@@ -93,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         uid = resolve_pod(args.pod, status)
         if args.action == "suspend":
-            target = proto.parse_target(args.target)
-            body = _call(args, proto.OP_SUSPEND_POD, pod_uid=uid, target=target)
+            body = _call(args, proto.OP_SUSPEND_POD, pod_uid=uid, target=str(args.target))
             where = ", ".join(f"pid {pid} -> {w}" for pid, w in sorted(body["parked"].items()))
             print(f"suspended {args.pod}: {where or 'nothing to park'}")
         else:
@@ -108,6 +108,14 @@ def run(args: argparse.Namespace) -> int:
     except proto.ProtocolError as exc:
         print(f"rlix agent: {exc.message}", file=sys.stderr)
         return 2
+
+
+def _target(value: str) -> proto.Location:
+    """``--target``: the protocol's own parse, so the CLI accepts what the agent does."""
+    try:
+        return proto.parse_target(value)
+    except proto.ProtocolError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 class AgentError(Exception):

@@ -46,7 +46,9 @@ class AgentLink:
         self._send_lock = threading.Lock()  # one line at a time on the wire
         self._sock: socket.socket | None = None
         self._pending: dict[int, Future[proto.Reply]] = {}
-        self._inbox: queue.Queue[proto.Request | None] = queue.Queue()
+        # Requests from the agent, with the connection (generation) they came on.
+        self._inbox: queue.Queue[tuple[int, proto.Request] | None] = queue.Queue()
+        self._generation = 0
         self._stopped = threading.Event()
         self.connected = threading.Event()
         threading.Thread(target=self._read_loop, name="rlix-agent-link", daemon=True).start()
@@ -87,11 +89,26 @@ class AgentLink:
                 with contextlib.suppress(OSError):
                     self._sock.shutdown(socket.SHUT_RDWR)
 
-    def _send(self, line: bytes, fds: list[int] | None = None) -> None:
+    def _answer(self, generation: int, line: bytes, fds: list[int]) -> None:
+        """Send an answer on the connection its request came on.
+
+        If that connection is gone (the agent restarted while, say, a suspend
+        waited for a phase boundary), the new agent never asked: the answer
+        would be a stray reply it drops, and a process that parked would stay
+        parked with no agent knowing. It gets a fresh hello instead, which
+        says what this process now is (parked or not), and the agent decides.
+        """
         with self._lock:
-            sock = self._sock
+            sock, current = self._sock, self._generation
         if sock is None:
+            return  # the next connection's hello says it
+        if generation == current:
+            self._send_on(sock, line, fds)
             return
+        for op, args in self._on_connect():
+            self.notify(op, **args)
+
+    def _send_on(self, sock: socket.socket, line: bytes, fds: list[int] | None) -> None:
         with self._send_lock, contextlib.suppress(OSError):
             if fds:
                 # The descriptors travel with the line's first bytes; the rest
@@ -116,11 +133,13 @@ class AgentLink:
             backoff = 0.01
             with self._lock:
                 self._sock = sock
+                self._generation += 1
+                generation = self._generation
             for op, args in self._on_connect():
                 self.notify(op, **args)
             self.connected.set()
             try:
-                self._read(sock)
+                self._read(sock, generation)
             except OSError as exc:  # agent killed or restarted: reconnect below
                 log.debug("rlix: agent connection dropped: %s", exc)
             finally:
@@ -132,7 +151,7 @@ class AgentLink:
                     fut.set_exception(AgentUnavailableError("agent connection lost"))
                 sock.close()
 
-    def _read(self, sock: socket.socket) -> None:
+    def _read(self, sock: socket.socket, generation: int) -> None:
         with sock.makefile("rb") as reader:
             for line in reader:
                 try:
@@ -148,13 +167,14 @@ class AgentLink:
                     elif not msg.ok:
                         log.warning("rlix agent: %s: %s", msg.error_code, msg.error_message)
                 else:
-                    self._inbox.put(msg)
+                    self._inbox.put((generation, msg))
 
     def _work_loop(self) -> None:
         while True:
-            req = self._inbox.get()
-            if req is None:
+            item = self._inbox.get()
+            if item is None:
                 return
+            generation, req = item
             fds: list[int] = []
             try:
                 out = self._on_request(req)
@@ -165,7 +185,7 @@ class AgentLink:
             except Exception as exc:  # report, never die: the trainer keeps running
                 log.exception("rlix: handling %s from the agent failed", req.op)
                 out = proto.encode_error(req.id, proto.E_FAILED, f"{type(exc).__name__}: {exc}")
-            self._send(out, fds)
+            self._answer(generation, out, fds)
 
 
 def _log_failure(fut: Future[proto.Reply]) -> None:

@@ -54,6 +54,7 @@ class Runtime:
         self._parked_doc: dict[str, Any] | None = None
         self._parked_hooks: list[OffloadHook] = []
         self._relocation: Relocation | None = None  # when the agent holds (or will hold) a copy
+        self._target = proto.SELF  # where the current suspension was asked to park
         self.phase_now: Phase | None = None
         self.link: AgentLink | None = None
         if socket_path:
@@ -125,7 +126,7 @@ class Runtime:
 
     def _on_agent_request(self, req: proto.Request) -> bytes | tuple[bytes, list[int]]:
         if req.op == proto.OP_SUSPEND:
-            manifest, export, fds = self._suspend(relocate=req.args.get("relocate") is True)
+            manifest, export, fds = self._suspend(proto.parse_target(req.args.get("target")))
             if export is None:
                 return proto.encode_reply(req.id, manifest=manifest)
             line = proto.encode_reply(req.id, nfds=len(fds), manifest=manifest, export=export)
@@ -141,7 +142,7 @@ class Runtime:
         raise proto.ProtocolError(proto.E_UNKNOWN_OP, f"client does not handle {req.op!r}")
 
     def _suspend(
-        self, *, relocate: bool
+        self, target: proto.Location
     ) -> tuple[dict[str, Any], dict[str, Any] | None, list[int]]:
         hooks = self.hooks.hooks()
         if not hooks:
@@ -158,7 +159,7 @@ class Runtime:
         relocation: Relocation | None = None
         export: dict[str, Any] | None = None
         fds: list[int] = []
-        movable = [h for h in hooks if relocate and getattr(h, "relocatable", False)]
+        movable = [h for h in hooks if target.agent_holds and getattr(h, "relocatable", False)]
         try:
             if movable:
                 relocation = Relocation(movable)
@@ -179,13 +180,14 @@ class Runtime:
                 self._suspend_requested = False
                 self._cv.notify_all()
             raise
-        doc: dict[str, Any] = {"where": "host", "entries": entries}
+        doc: dict[str, Any] = {"where": str(proto.SELF), "entries": entries}
         if relocation is not None:
-            doc.update(where="exported", size=relocation.size)
+            doc.update(where=proto.Place.EXPORTED.value, size=relocation.size)
         with self._cv:
             self._parked_hooks = done
             self._parked_doc = doc
             self._relocation = relocation
+            self._target = target
             self._suspended = True
             self._suspend_requested = False
         return doc, export, fds
@@ -206,7 +208,8 @@ class Runtime:
             raise proto.ProtocolError(proto.E_CONFLICT, str(exc)) from None
         with self._cv:
             assert self._parked_doc is not None
-            self._parked_doc = {**self._parked_doc, "where": "relocated"}
+            # The agent took the memory where it was asked to: one name for it.
+            self._parked_doc = {**self._parked_doc, "where": str(self._target)}
 
     def _regrow(self) -> tuple[dict[str, Any] | None, list[int]]:
         relocation = self._relocation_now(proto.OP_REGROW)

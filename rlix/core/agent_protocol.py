@@ -24,8 +24,10 @@ the sealed memfd its parked bytes were exported into (see
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 
 PROTOCOL_VERSION: Final = 1
@@ -34,17 +36,23 @@ PROTOCOL_VERSION: Final = 1
 MAX_LINE_BYTES: Final = 1 << 20
 # At most this many descriptors per message (the kernel's own cap is 253).
 MAX_FDS: Final = 8
+# Bounds on what is inside a line, checked while it is parsed: Python's json
+# would otherwise raise ValueError past 4,300 digits and RecursionError at a
+# few thousand levels, which no caller expects. The protocol's deepest message
+# (a park manifest inside a reply) is 5 levels; its largest number a byte count.
+MAX_DEPTH: Final = 32
+MAX_NUMBER_CHARS: Final = 24
 
 # Requests a client sends to the agent.
 OP_HELLO: Final = "hello"  # {"hooks": [names], "parked": manifest|null}
 OP_PHASE: Final = "phase"  # {"phase": "rollout"}
 OP_USAGE: Final = "usage"  # {"gpu": 0, "memory_mib": 1024, "utilization": 0.5}; simulated only
 # Requests an operator-side controller sends (refused from inside a pod).
-OP_SUSPEND_POD: Final = "suspend-pod"  # {"pod_uid": "...", "target": "self"|"host"|"gpu:<i>"}
+OP_SUSPEND_POD: Final = "suspend-pod"  # {"pod_uid": "...", "target": Location (a target)}
 OP_RESUME_POD: Final = "resume-pod"  # {"pod_uid": "..."}
 OP_STATUS: Final = "status"  # {}
 # Requests the agent sends to a client.
-OP_SUSPEND: Final = "suspend"  # {"relocate": bool}; reply: the manifest (+ "export")
+OP_SUSPEND: Final = "suspend"  # {"target": Location}; reply: the manifest (+ "export")
 OP_RELEASE: Final = "release"  # {}; the agent holds a copy: free the exported memory
 OP_REGROW: Final = "regrow"  # {"manifest"}; reallocate and export empty buffers to fill
 OP_RESUME: Final = "resume"  # {"manifest": {...}}; reply carries the checksums
@@ -52,11 +60,6 @@ OP_RESUME: Final = "resume"  # {"manifest": {...}}; reply carries the checksums
 CLIENT_OPS: Final = frozenset({OP_HELLO, OP_PHASE, OP_USAGE})
 CONTROL_OPS: Final = frozenset({OP_SUSPEND_POD, OP_RESUME_POD, OP_STATUS})
 AGENT_OPS: Final = frozenset({OP_SUSPEND, OP_RELEASE, OP_REGROW, OP_RESUME})
-
-# Where a suspend parks memory (the control op's "target").
-TARGET_SELF: Final = "self"  # in the client's own pinned pool (the default)
-TARGET_HOST: Final = "host"  # relocated: host memory the agent owns (tmpfs park file)
-TARGET_GPU_PREFIX: Final = "gpu:"  # relocated: spare HBM of GPU <i> of the node
 
 # Fields allowed per op (besides v/id/op). Anything else is an error, so a typo
 # or a forged identity claim is loud instead of silently ignored.
@@ -67,7 +70,7 @@ _FIELDS: Final[Mapping[str, frozenset[str]]] = {
     OP_SUSPEND_POD: frozenset({"pod_uid", "target"}),
     OP_RESUME_POD: frozenset({"pod_uid"}),
     OP_STATUS: frozenset(),
-    OP_SUSPEND: frozenset({"relocate"}),
+    OP_SUSPEND: frozenset({"target"}),
     OP_RELEASE: frozenset(),
     OP_REGROW: frozenset({"manifest"}),
     OP_RESUME: frozenset({"manifest"}),
@@ -142,10 +145,7 @@ def decode(line: bytes) -> Request | Reply:
     """
     if len(line) > MAX_LINE_BYTES:
         raise ProtocolError(E_MALFORMED, f"line longer than {MAX_LINE_BYTES} bytes")
-    try:
-        obj = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(E_MALFORMED, f"not valid JSON: {exc}") from None
+    obj = _loads(line)
     if not isinstance(obj, dict):
         raise ProtocolError(E_MALFORMED, f"expected a JSON object, got {type(obj).__name__}")
     raw_id = obj.get("id", obj.get("re"))
@@ -180,6 +180,44 @@ def decode(line: bytes) -> Request | Reply:
             E_BAD_FIELD, f"op {op!r} does not take {sorted(extra)}{hint}", msg_id=msg_id
         )
     return Request(id=msg_id, op=op, args=args, nfds=nfds)
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def _loads(line: bytes) -> Any:
+    """``json.loads`` with the nesting depth and number lengths bounded."""
+    if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+        depth = deepest = 0
+        for match in _BRACKET.finditer(_STRING.sub(b'""', line)):
+            depth += 1 if match.group() in (b"[", b"{") else -1
+            deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            raise ProtocolError(E_MALFORMED, f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(line, parse_int=_bounded_int, parse_float=_bounded_float)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(E_MALFORMED, f"not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # the bounds above should make this unreachable
+        raise ProtocolError(E_MALFORMED, f"not acceptable JSON: {exc}") from None
+
+
+def _bounded_int(text: str) -> int:
+    _check_number(text)
+    return int(text)
+
+
+def _bounded_float(text: str) -> float:
+    _check_number(text)
+    return float(text)
+
+
+def _check_number(text: str) -> None:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ProtocolError(
+            E_MALFORMED, f"a number with {len(text)} digits (at most {MAX_NUMBER_CHARS})"
+        )
 
 
 def _decode_reply(obj: Mapping[str, Any], msg_id: int | None, nfds: int) -> Reply:
@@ -225,19 +263,77 @@ def require_number(req: Request, field: str, *, low: float, high: float) -> floa
     return float(value)
 
 
-def parse_target(value: Any) -> str:
-    """Validate a suspend target: "self", "host" or "gpu:<index>"."""
+class Place(StrEnum):
+    """Who holds a parked process's memory: one name for it on every side.
+
+    The same words name a suspend's *target* (what a controller asks for) and a
+    manifest's *where* (where the memory is now), so a suspend to ``host`` ends
+    with the memory recorded at ``host``, on the agent, the client and the CLI.
+    """
+
+    SELF = "self"  # the process itself, in its own pinned host pool
+    DRIVER = "driver-checkpoint"  # the CUDA driver, inside the process (no hooks)
+    EXPORTED = "exported"  # in transit: handed to the agent, the process still holds it
+    HOST = "host"  # the agent: a park file, host memory on a tmpfs
+    GPU = "gpu"  # the agent: the park file and a copy in spare HBM of one GPU
+
+
+# The places a controller may ask for; the others are states a suspend passes.
+TARGET_PLACES: Final = frozenset({Place.SELF, Place.HOST, Place.GPU})
+MAX_GPU_INDEX: Final = 1023
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A :class:`Place`, and for :attr:`Place.GPU` which GPU of the node.
+
+    On the wire it is one string: the place's value, or ``gpu:<index>``.
+    """
+
+    place: Place
+    gpu: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.place is Place.GPU) != (self.gpu is not None):
+            raise ValueError(f"a GPU index goes with place 'gpu' only ({self.place}, {self.gpu})")
+
+    def __str__(self) -> str:
+        return f"{Place.GPU.value}:{self.gpu}" if self.place is Place.GPU else self.place.value
+
+    @property
+    def agent_holds(self) -> bool:
+        """The agent holds the only copy: the process kept nothing (relocated)."""
+        return self.place in (Place.HOST, Place.GPU)
+
+    @classmethod
+    def parse(cls, value: Any) -> Location:
+        """The one parse of a location string; raises ValueError naming the forms."""
+        if isinstance(value, str):
+            name, sep, index = value.partition(":")
+            if not sep and name != Place.GPU.value and name in {p.value for p in Place}:
+                return cls(Place(name))
+            digits = sep and name == Place.GPU.value and index.isascii() and index.isdigit()
+            if digits and len(index) <= 4 and int(index) <= MAX_GPU_INDEX:
+                return cls(Place.GPU, int(index))
+        forms = ", ".join(repr(p.value) for p in Place if p is not Place.GPU)
+        raise ValueError(f"expected one of {forms} or 'gpu:<index>', got {value!r}")
+
+
+SELF: Final = Location(Place.SELF)
+
+
+def parse_target(value: Any) -> Location:
+    """A suspend target: ``self`` (the default), ``host`` or ``gpu:<index>``."""
     if value is None:
-        return TARGET_SELF
-    if isinstance(value, str):
-        if value in (TARGET_SELF, TARGET_HOST):
-            return value
-        index = value.removeprefix(TARGET_GPU_PREFIX)
-        if value.startswith(TARGET_GPU_PREFIX) and index.isdigit() and int(index) < 1024:
-            return f"{TARGET_GPU_PREFIX}{int(index)}"
-    raise ProtocolError(
-        E_BAD_FIELD,
-        f"'target' must be {TARGET_SELF!r} (the pod's own pinned pool), {TARGET_HOST!r} "
-        f"(host memory the agent holds) or '{TARGET_GPU_PREFIX}<index>' (spare HBM of "
-        f"that GPU), got {value!r}",
-    )
+        return SELF
+    try:
+        target = Location.parse(value)
+    except ValueError:
+        target = None
+    if target is None or target.place not in TARGET_PLACES:
+        raise ProtocolError(
+            E_BAD_FIELD,
+            f"'target' must be 'self' (the pod's own pinned pool), 'host' (host memory "
+            f"the agent holds) or 'gpu:<index>' (spare HBM of that GPU), got {value!r}",
+        )
+    return target

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlix.agent.testing import AgentProcess
 from rlix.core import agent_protocol as proto
+from tests.support.agent_fakes import AgentProcess
 
 UID = "dddddddd-0000-4000-8000-000000000004"
 POD = "team-a/trainer-0"

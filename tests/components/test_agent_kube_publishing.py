@@ -6,8 +6,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from rlix.agent.identities import PodIdentity
 from rlix.agent.kube_publishing import KubePodDirectory, KubePublisher
+from rlix.agent.publication import BackgroundPublisher
+from rlix.agent.publishing import ObjectGoneError
 
 
 class _Api:
@@ -55,3 +59,34 @@ def test_directory_lists_this_nodes_pods_only_on_a_miss() -> None:
     lists = [c for c in api.calls if c[0] == "list"]
     assert len(lists) == 2
     assert lists[0][2] == {"field_selector": "spec.nodeName=n1"}
+
+
+class _GoneError(Exception):
+    """What kubernetes.client.ApiException looks like for a deleted object."""
+
+    status = 404
+
+
+class _DeletedPods(_Api):
+    def patch_namespaced_pod(self, *args: Any, **kw: Any) -> None:
+        self.calls.append(("patch_namespaced_pod", args, kw))
+        raise _GoneError("pods 'p' not found")
+
+
+def test_a_deleted_pod_ends_the_retries_for_its_annotations() -> None:
+    """Issue 18.6: a 404 is final; the publisher does not retry it every second."""
+    api = _DeletedPods()
+    with pytest.raises(ObjectGoneError, match="pod ns/p not found"):
+        KubePublisher(api).patch_pod_annotations(namespace="ns", name="p", annotations={})
+    publisher = BackgroundPublisher(KubePublisher(api), retry_s=0.01)
+    try:
+        publisher.pod("ns", "p", {"rlix.io/phase": "rollout"})
+        publisher.node("n1", {"rlix.io/gpus": "[]"})
+        assert publisher.flush(timeout=10)  # nothing left pending: dropped, not retried
+    finally:
+        publisher.stop()
+    pod_patches = [c for c in api.calls if c[0] == "patch_namespaced_pod"]
+    assert len(pod_patches) == 2  # the direct call above, and one from the publisher
+    assert ("patch_node", ("n1", {"metadata": {"annotations": {"rlix.io/gpus": "[]"}}}), {}) in (
+        api.calls
+    )

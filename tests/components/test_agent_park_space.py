@@ -156,5 +156,4 @@ def test_the_cuda_relocator_says_why_it_cannot_run_here_and_refuses_cleanly(
         relocator.park([piece], park)
     with pytest.raises(RelocationUnsupportedError):
         relocator.hold("owner", 0, park, 4096)
-    assert not relocator.holds("owner")
     relocator.drop("owner")  # nothing held: a no-op

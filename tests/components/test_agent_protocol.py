@@ -28,6 +28,31 @@ BAD = [
     ("fds-not-int", b'{"v":1,"id":6,"op":"status","fds":"1"}\n', proto.E_MALFORMED, "'fds'"),
     ("fds-too-many", b'{"v":1,"re":6,"ok":true,"fds":9}\n', proto.E_MALFORMED, "[0, 8]"),
     ("fds-negative", b'{"v":1,"re":6,"ok":true,"fds":-1}\n', proto.E_MALFORMED, "'fds'"),
+    ("huge-int", b'{"v":1,"id":' + b"7" * 5000 + b',"op":"status"}\n', proto.E_MALFORMED, "digits"),
+    (
+        "huge-int-field",
+        b'{"v":1,"id":1,"op":"phase","phase":' + b"1" * 30 + b"}\n",
+        proto.E_MALFORMED,
+        "digits",
+    ),
+    (
+        "long-float",
+        b'{"v":1,"re":1,"ok":true,"x":0.' + b"1" * 5000 + b"}\n",
+        proto.E_MALFORMED,
+        "digits",
+    ),
+    (
+        "deep",
+        b'{"v":1,"id":1,"op":"status","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        proto.E_MALFORMED,
+        "nested deeper than",
+    ),
+    (
+        "deep-objects",
+        b'{"v":1,"id":1,"x":' + b'{"a":' * 40 + b"1" + b"}" * 40 + b"}\n",
+        proto.E_MALFORMED,
+        "nested deeper than",
+    ),
     (
         "relocate-on-resume",
         b'{"v":1,"id":7,"op":"resume-pod","pod_uid":"u","target":"host"}\n',
@@ -57,6 +82,12 @@ def test_overlong_line_is_refused_before_parsing() -> None:
         proto.decode(line)
 
 
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    line = b'{"v":1,"id":1,"op":"phase","phase":"' + b"[{" * 1000 + b'\\"]"}\n'
+    msg = proto.decode(line)
+    assert isinstance(msg, proto.Request) and msg.args["phase"].startswith("[{")
+
+
 def test_request_and_reply_round_trip() -> None:
     req = proto.decode(proto.encode_request(7, proto.OP_PHASE, phase="rollout"))
     assert req == proto.Request(id=7, op="phase", args={"phase": "rollout"})
@@ -84,9 +115,9 @@ def test_field_validators() -> None:
 
 
 def test_descriptor_counts_travel_in_the_envelope_not_the_body() -> None:
-    req = proto.decode(proto.encode_request(3, proto.OP_SUSPEND, nfds=0, relocate=True))
+    req = proto.decode(proto.encode_request(3, proto.OP_SUSPEND, nfds=0, target="host"))
     assert isinstance(req, proto.Request)
-    assert req.nfds == 0 and dict(req.args) == {"relocate": True}
+    assert req.nfds == 0 and dict(req.args) == {"target": "host"}
     rep = proto.decode(proto.encode_reply(3, nfds=1, manifest={}, export={}))
     assert isinstance(rep, proto.Reply)
     assert rep.nfds == 1 and "fds" not in rep.body
@@ -98,10 +129,45 @@ def test_descriptor_counts_travel_in_the_envelope_not_the_body() -> None:
     [(None, "self"), ("self", "self"), ("host", "host"), ("gpu:0", "gpu:0"), ("gpu:07", "gpu:7")],
 )
 def test_suspend_targets(value: object, parsed: str) -> None:
-    assert proto.parse_target(value) == parsed
+    target = proto.parse_target(value)
+    assert str(target) == parsed
+    assert proto.Location.parse(parsed) == target  # one parse, one spelling both ways
 
 
-@pytest.mark.parametrize("value", ["", "gpu", "gpu:", "gpu:x", "gpu:-1", "gpu:1024", "disk", 1])
+@pytest.mark.parametrize(
+    ("text", "place", "gpu", "agent_holds"),
+    [
+        ("self", proto.Place.SELF, None, False),
+        ("driver-checkpoint", proto.Place.DRIVER, None, False),
+        ("exported", proto.Place.EXPORTED, None, False),
+        ("host", proto.Place.HOST, None, True),
+        ("gpu:3", proto.Place.GPU, 3, True),
+    ],
+)
+def test_every_location_has_one_spelling(
+    text: str, place: proto.Place, gpu: int | None, agent_holds: bool
+) -> None:
+    loc = proto.Location.parse(text)
+    assert (loc.place, loc.gpu, loc.agent_holds, str(loc)) == (place, gpu, agent_holds, text)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "gpu",
+        "gpu:",
+        "gpu:x",
+        "gpu:-1",
+        "gpu:1024",
+        "gpu:" + "0" * 5000,
+        "disk",
+        1,
+        "exported",
+        "driver-checkpoint",
+        "relocated-host",
+    ],
+)
 def test_bad_suspend_targets_say_what_is_allowed(value: object) -> None:
     with pytest.raises(proto.ProtocolError, match="'target' must be 'self'") as err:
         proto.parse_target(value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
 from rlix.core import agent_protocol as proto
 from tests.components.pod_processes import (
     POD,
@@ -29,6 +29,7 @@ from tests.components.pod_processes import (
     pod_process,
     wait_connected,
 )
+from tests.support.agent_fakes import AgentProcess
 
 pytest.importorskip("torch")
 
@@ -71,11 +72,11 @@ def test_relocated_to_host_the_process_keeps_nothing_and_gets_it_back_bit_for_bi
     before = trainer.ready["digest"]
     reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host")
     assert reply.ok, (reply, agent.log_text())
-    assert reply.body["parked"] == {str(pid): "relocated-host"}
+    assert reply.body["parked"] == {str(pid): "host"}
     assert trainer.ask("live")["live"] == 0  # every storage freed
     assert memfds(pid) == []  # and no export left open: the agent holds the only copy
     record = agent.control(proto.OP_STATUS).body["suspended"][UID][str(pid)]
-    assert record["where"] == "relocated-host"
+    assert record["where"] == "host"
     assert park_file(agent, pid).stat().st_size == record["size"]
     assert record["size"] >= trainer.ready["live"]
 
@@ -100,7 +101,7 @@ def test_relocated_to_another_gpu_moves_the_memory_in_the_published_state(
     assert used(1) == 0
     reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="gpu:1")
     assert reply.ok, (reply, agent.log_text())
-    assert reply.body["parked"] == {str(trainer.proc.pid): "relocated-gpu:1"}
+    assert reply.body["parked"] == {str(trainer.proc.pid): "gpu:1"}
     assert used(1) >= 1  # the simulated GPU 1 holds the copy
     assert park_file(agent, trainer.proc.pid).exists()  # and host memory backs it
     assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
@@ -145,7 +146,7 @@ def test_agent_sigkilled_while_relocated_resumes_from_the_park_file(
     assert not park_file(agent, pid).exists()
 
 
-def test_a_wiped_state_dir_adopts_a_relocated_process_when_its_park_file_is_there(
+def test_a_wiped_state_dir_resumes_a_relocated_process_from_its_park_file(
     agent: AgentProcess, trainer: Trainer
 ) -> None:
     pid = trainer.proc.pid
@@ -155,15 +156,16 @@ def test_a_wiped_state_dir_adopts_a_relocated_process_when_its_park_file_is_ther
     for record in (agent.state_dir / "suspended").glob("*.json"):
         record.unlink()
     agent.start()
+    # No record: the trainer is not adopted as suspended on its word, but its
+    # bytes are in this agent's park file, so it is brought back from there.
     wait_connected(agent, pid)
-    deadline = time.monotonic() + 10
-    while UID not in agent.control(proto.OP_STATUS).body["suspended"]:
+    deadline = time.monotonic() + 20
+    while trainer.ask("connected")["suspended"]:
         assert time.monotonic() < deadline, agent.log_text()
         time.sleep(0.05)
-    where = agent.control(proto.OP_STATUS).body["suspended"][UID][str(pid)]["where"]
-    assert where == "relocated-host"
-    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
+    assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
     assert trainer.ask("digest")["digest"] == before
+    assert not park_file(agent, pid).exists()
 
 
 def test_a_corrupted_park_file_is_caught_on_resume_and_kept(
@@ -295,3 +297,35 @@ def test_a_process_that_dies_while_relocated_has_its_park_file_released(
     assert agent.control(proto.OP_STATUS).body["gpus"][1]["usedMiB"] == 0
     assert f"pid {pid} of {POD} exited while suspended" in agent.log_text()
     assert not (agent.state_dir / "suspended" / f"{UID}.json").exists()
+
+
+def test_park_files_without_an_owner_are_freed_at_start_and_while_running(
+    agent: AgentProcess, trainer: Trainer
+) -> None:
+    """Issue 18.6: what a killed agent leaves on the tmpfs is host memory that
+    nobody else returns; the agent frees whatever no record owns."""
+    pid = trainer.proc.pid
+    before = trainer.ready["digest"]
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host").ok
+    agent.kill(signal.SIGKILL)
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    other = agent.park_dir / "eeeeeeee-0000-4000-8000-000000000005"
+    other.mkdir(parents=True)
+    (other / f"{exited.pid}.park").write_bytes(b"x" * 4096)  # its owner exited, no record
+    cut_short = agent.park_dir / UID / f"{pid}.tmp"
+    cut_short.write_bytes(b"x" * 4096)  # a copy the SIGKILL interrupted
+    agent.start()
+    assert not other.exists() and not cut_short.exists()
+    assert park_file(agent, pid).exists()  # a record owns this one: the only copy
+    assert "no record holds it" in agent.log_text()
+
+    stray = agent.park_dir / UID / f"{exited.pid}.park"
+    stray.write_bytes(b"x")
+    deadline = time.monotonic() + 20
+    while stray.exists():  # the periodic pass
+        assert time.monotonic() < deadline, agent.log_text()
+        time.sleep(0.05)
+    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
+    assert trainer.ask("digest")["digest"] == before
+    assert not (agent.park_dir / UID).exists()

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from rlix.agent.testing import AgentProcess, exchange
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_PHASE_SINCE
+from tests.support.agent_fakes import AgentProcess, exchange
 
 UID_A = "aaaaaaaa-0000-4000-8000-000000000001"
 UID_B = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -197,6 +197,19 @@ MALFORMED = [
         "bad-park-manifest",
         '{"v":1,"id":1,"op":"hello","hooks":[],"parked":{"where":1}}',
         proto.E_BAD_FIELD,
+    ),
+    # Values Python's json would refuse with ValueError / RecursionError: the
+    # agent must answer them like any other malformed line (issue 18).
+    ("5000-digit-id", '{"v":1,"id":' + "9" * 5000 + ',"op":"status"}', proto.E_MALFORMED),
+    (
+        "5000-digit-field",
+        '{"v":1,"id":1,"op":"usage","gpu":0,"memory_mib":' + "1" * 5000 + ',"utilization":0}',
+        proto.E_MALFORMED,
+    ),
+    (
+        "100k-deep",
+        '{"v":1,"id":1,"op":"hello","hooks":' + "[" * 100_000 + "]" * 100_000 + "}",
+        proto.E_MALFORMED,
     ),
 ]
 

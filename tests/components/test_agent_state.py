@@ -15,12 +15,13 @@ from rlix.agent.parking_state import (
     SuspendedPod,
     manifest_from_doc,
 )
+from rlix.core import agent_protocol as proto
 
 UID = "0f1e2d3c-4b5a-6978-8a9b-acbdcedf0011"
 
 
 def _pod() -> SuspendedPod:
-    m = Manifest("host", (ParkedEntry("torch/m0.weight", 4096, "ws64:abc"),))
+    m = Manifest(proto.SELF, (ParkedEntry("torch/m0.weight", 4096, "ws64:abc"),))
     return SuspendedPod(UID, "team", "trainer-0", "2026-11-30T03:00:00Z", {4242: m})
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
 from rlix.cli.main import main
 from tests.components.pod_processes import POD, UID, Trainer, wait_connected
+from tests.support.agent_fakes import AgentProcess
 
 pytest.importorskip("torch")
 
@@ -50,12 +50,10 @@ def test_suspend_and_resume_by_pod_name_with_a_status_in_between(
 
         assert main(rlix_agent(agent, "suspend", POD, "--target", "host")) == 0
         assert capsys.readouterr().out.strip() == (
-            f"suspended {POD}: pid {trainer.proc.pid} -> relocated-host"
+            f"suspended {POD}: pid {trainer.proc.pid} -> host"
         )
         assert main(rlix_agent(agent, "status")) == 0
-        parked = re.search(
-            r"suspended \(relocated-host, ([\d.]+) MiB parked\)", capsys.readouterr().out
-        )
+        parked = re.search(r"suspended \(host, ([\d.]+) MiB parked\)", capsys.readouterr().out)
         assert parked is not None and float(parked.group(1)) > 1.0  # weights, grads, Adam
         assert main(rlix_agent(agent, "status", "--json")) == 0
         doc = json.loads(capsys.readouterr().out)
@@ -74,7 +72,9 @@ def test_errors_say_what_is_wrong(
     assert main(rlix_agent(agent, "suspend", "team-a/nobody")) == 1
     err = capsys.readouterr().err
     assert "pod 'team-a/nobody' has no process connected to the agent on node node-a" in err
-    assert main(rlix_agent(agent, "suspend", UID, "--target", "gpu:x")) == 2
+    with pytest.raises(SystemExit) as usage:  # refused by the argument parser itself
+        main(rlix_agent(agent, "suspend", UID, "--target", "gpu:x"))
+    assert usage.value.code == 2
     assert "'target' must be 'self'" in capsys.readouterr().err
     assert main(rlix_agent(agent, "resume", UID)) == 1
     assert f"not-found: pod {UID} is not suspended" in capsys.readouterr().err

@@ -159,7 +159,7 @@ def test_runtime_suspend_resume_round_trip_and_manifest_check() -> None:
     assert isinstance(out, proto.Reply) and out.ok
     manifest = out.body["manifest"]
     assert manifest == {
-        "where": "host",
+        "where": "self",
         "entries": [{"name": "kv/blocks", "nbytes": 10, "checksum": "c1"}],
     }
     assert rt.suspended

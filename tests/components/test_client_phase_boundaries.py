@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from rlix.agent.testing import HOST_CGROUP, AgentProcess
 from rlix.client.hooks import CallableHook
 from rlix.client.runtime import Runtime
 from rlix.core import agent_protocol as proto
+from tests.support.agent_fakes import HOST_CGROUP, AgentProcess
 
 UID = "ffffffff-0000-4000-8000-000000000006"
 

@@ -7,14 +7,17 @@ back bit for bit, and a SIGKILLed-and-restarted agent must still resume it.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import select
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_PHASE, ANNOTATION_SUSPENDED
 from tests.components.pod_processes import (
@@ -25,6 +28,7 @@ from tests.components.pod_processes import (
     pod_process,
     wait_connected,
 )
+from tests.support.agent_fakes import AgentProcess
 
 pytest.importorskip("torch")
 
@@ -50,7 +54,7 @@ def test_suspend_frees_and_resume_restores_bit_for_bit(
 
     reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID)
     assert reply.ok, reply
-    assert reply.body["parked"] == {str(trainer.proc.pid): "host"}
+    assert reply.body["parked"] == {str(trainer.proc.pid): "self"}
     assert trainer.ask("live")["live"] == 0  # the storage really is gone
     assert trainer.ask("connected")["suspended"] is True
     record = agent.state_dir / "suspended" / f"{UID}.json"
@@ -155,7 +159,7 @@ def test_a_restore_that_is_not_bit_for_bit_is_refused_and_the_record_kept(
         assert UID in agent.control(proto.OP_STATUS).body["suspended"]
 
 
-def test_a_wiped_state_dir_adopts_what_the_client_says_it_parked(
+def test_a_wiped_state_dir_resumes_the_process_instead_of_trusting_its_word(
     agent: AgentProcess, trainer: Trainer
 ) -> None:
     before = trainer.ready["digest"]
@@ -164,14 +168,159 @@ def test_a_wiped_state_dir_adopts_what_the_client_says_it_parked(
     for record in (agent.state_dir / "suspended").glob("*.json"):
         record.unlink()  # an operator wiped the hostPath
     agent.start()
-    # The trainer may reconnect before our first status query, so "not known yet"
-    # cannot be observed reliably; the log line proves the record came from the
-    # client (the state dir was wiped), and the resume proves it was right.
+    # The trainer's hello says it is parked; with no record of its own, the
+    # agent does not adopt that claim (issue 18.7) but resumes the process.
     wait_connected(agent, trainer.proc.pid)
-    deadline = time.monotonic() + 10
-    while UID not in agent.control(proto.OP_STATUS).body["suspended"]:
+    wait_resumed(trainer, agent)
+    assert "no record of suspending it: resuming it" in agent.log_text()
+    assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
+    wait_unpublished(agent)  # the killed agent had published it suspended
+    assert trainer.ask("digest")["digest"] == before
+    assert trainer.ask("train")["digest"] != before
+
+
+def wait_resumed(trainer: Trainer, agent: AgentProcess, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while trainer.ask("connected")["suspended"]:
         assert time.monotonic() < deadline, agent.log_text()
         time.sleep(0.05)
-    assert "adopting parked state" in agent.log_text()
-    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
-    assert trainer.ask("digest")["digest"] == before
+
+
+def wait_unpublished(agent: AgentProcess, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while ANNOTATION_SUSPENDED in agent.published().get(("pod", POD), {}):
+        assert time.monotonic() < deadline, agent.log_text()
+        time.sleep(0.05)
+
+
+# A process that says in its hello that it is parked, though nobody suspended it.
+LIAR = r"""
+import json, socket, sys
+where = sys.argv[2]
+sys.stdin.readline()  # wait until the test has put this PID in a pod
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+parked = {"where": where, "entries": [{"name": "w/x", "nbytes": 8, "checksum": "c"}]}
+if where == "host":
+    parked["size"] = 8
+    parked["entries"][0]["offset"] = 0
+s.sendall(json.dumps({"v": 1, "id": 1, "op": "hello", "hooks": ["w"], "parked": parked}).encode()
+          + b"\n")
+for line in s.makefile("rb"):
+    msg = json.loads(line)
+    if "re" in msg:
+        print(json.dumps({"hello": msg}), flush=True)
+    elif msg["op"] == "resume":
+        s.sendall(json.dumps({"v": 1, "re": msg["id"], "ok": True,
+                              "checksums": {"w/x": "c"}}).encode() + b"\n")
+        print(json.dumps({"resumed": msg["manifest"]["where"]}), flush=True)
+"""
+
+
+def test_a_process_claiming_to_be_parked_is_resumed_not_recorded(agent: AgentProcess) -> None:
+    """Issue 18.7: the agent's own records decide what is published, never a pod's word."""
+    with pod_process(agent, LIAR, str(agent.socket), "self") as proc:
+        assert proc.stdout is not None
+        # The hello's reply and the agent's resume request may come in either order.
+        seen = {**json.loads(proc.stdout.readline()), **json.loads(proc.stdout.readline())}
+        assert seen["hello"]["ok"] and seen["hello"]["suspended"] is False
+        assert seen["resumed"] == "self"
+        assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
+        assert not list((agent.state_dir / "suspended").glob("*.json"))
+    agent.control(proto.OP_STATUS)
+    assert ANNOTATION_SUSPENDED not in agent.published().get(("pod", POD), {})
+
+
+def test_a_process_claiming_the_agent_holds_its_memory_is_refused(agent: AgentProcess) -> None:
+    with pod_process(agent, LIAR, str(agent.socket), "host") as proc:
+        assert proc.stdout is not None
+        hello = json.loads(proc.stdout.readline())["hello"]
+        assert hello["error"]["code"] == proto.E_CONFLICT
+        assert "no record of it and holds no park file" in hello["error"]["message"]
+        assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
+    assert ANNOTATION_SUSPENDED not in agent.published().get(("pod", POD), {})
+
+
+# A trainer that sits inside a phase until told to leave it, and says when the
+# agent's suspend request has reached it (it can only park after the phase).
+IN_PHASE = r"""
+import json, sys, threading, time
+import rlix
+from rlix.client import api
+
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+
+sys.stdin.readline()  # wait until the test has put this PID in a pod
+state = {"blob": b"x" * 64}
+def offload():
+    out(event="parked")
+    return {"blob": (64, "c64")}
+def restore():
+    out(event="restored")
+    return {"blob": "c64"}
+rlix.register_offload("cache", offload, restore)
+runtime = api._get()
+out(event="ready")
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "enter":
+        with rlix.phase("rollout"):
+            out(event="in-phase")
+            while not runtime._suspend_requested:
+                time.sleep(0.01)
+            out(event="suspend-requested")
+            sys.stdin.readline()  # "leave"
+    elif cmd == "state":
+        out(event="state", suspended=rlix.suspended(), connected=rlix.agent_connected())
+"""
+
+
+@pytest.mark.parametrize("restart", ["before-the-park", "after-the-park"])
+def test_agent_killed_while_a_suspend_waits_for_the_phase_boundary_converges(
+    agent: AgentProcess, restart: str
+) -> None:
+    """Issue 18.6: the park answer is lost with the agent; the restarted agent
+    learns the process's state and resumes it, instead of leaving it parked."""
+    with pod_process(agent, IN_PHASE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+
+        def say(line: str) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+
+        def read() -> dict[str, object]:
+            assert proc.stdout is not None
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready, f"the trainer said nothing: {agent.log_text()}"
+            event: dict[str, object] = json.loads(proc.stdout.readline())
+            return event
+
+        assert read()["event"] == "ready"
+        wait_connected(agent, proc.pid)
+        say("enter")
+        assert read()["event"] == "in-phase"
+
+        def suspend() -> None:
+            with contextlib.suppress(OSError, proto.ProtocolError):  # the agent dies under it
+                agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, timeout=30)
+
+        waiter = threading.Thread(target=suspend, daemon=True)
+        waiter.start()
+        assert read()["event"] == "suspend-requested"
+        agent.kill(signal.SIGKILL)
+        waiter.join(timeout=30)
+        if restart == "before-the-park":
+            agent.start()
+            wait_connected(agent, proc.pid)
+            say("leave")  # parks now; its answer is for a connection that is gone
+            assert read()["event"] == "parked"
+        else:
+            say("leave")
+            assert read()["event"] == "parked"
+            agent.start()
+        assert read()["event"] == "restored"
+        say("state")
+        assert read() == {"event": "state", "suspended": False, "connected": True}
+        assert UID not in agent.control(proto.OP_STATUS).body["suspended"]

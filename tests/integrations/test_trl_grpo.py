@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from rlix.agent.testing import AgentProcess
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_PHASE
 from tests.integrations._harness import Run
+from tests.support.agent_fakes import AgentProcess
 
 pytest.importorskip("torch")
 pytest.importorskip("trl")
