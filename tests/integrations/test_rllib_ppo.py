@@ -51,7 +51,7 @@ def test_ppo_reports_sampling_and_learning_and_survives_suspend_resume(tmp_path:
             run.say("continue")
             suspend.join(timeout=120)
             assert replies and replies[0].ok, (replies, agent.log_text())
-            assert replies[0].body["parked"] == {str(run.proc.pid): "host"}
+            assert replies[0].body["parked"] == {str(run.proc.pid): "self"}
             assert run.ask("live")["live"] == 0  # learner module and Adam state parked
             assert run.ask("suspended")["suspended"] is True
             record = json.dumps(

@@ -49,7 +49,7 @@ def test_grpo_reports_phases_and_survives_suspend_resume_with_identical_losses(
                 # The controller's suspend lands at the trainer's safe point between steps.
                 reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID)
                 assert reply.ok, (reply, agent.log_text())
-                assert reply.body["parked"] == {str(run.proc.pid): "host"}
+                assert reply.body["parked"] == {str(run.proc.pid): "self"}
                 assert run.ask("live")["live"] == 0  # policy, reference, Adam state: all gone
                 assert run.ask("suspended")["suspended"] is True
                 record = json.loads((agent.state_dir / "suspended" / f"{UID}.json").read_text())
