@@ -85,6 +85,7 @@ class Tallies:
     max_promised: int = 0
     over_promised_samples: int = 0
     samples: int = 0
+    gone_while_suspended: int = 0
     first_over_promise: dict[str, Any] = field(default_factory=dict)
     last_refusals: list[str] = field(default_factory=list)
 
@@ -235,6 +236,12 @@ class Chaos(Demo):
                     return
                 reason = _reason(out)
                 self.t.last_refusals.append(f"resume {ref}: {out[-300:]}")
+                if pod.uid not in runtime.running:
+                    # Its job finished and the operator deleted it while it was
+                    # parked (rollout pods run until their trainer is done): the
+                    # agent releases what it parked for a process that exits.
+                    self.t.gone_while_suspended += 1
+                    return
                 if reason in ("agent down", "timeout", "no such pod"):
                     time.sleep(1)
                     continue
@@ -322,6 +329,7 @@ class Chaos(Demo):
             "suspensions_refused": dict(self.t.suspends_refused),
             "resumes": self.t.resumes_ok,
             "resumes_refused": dict(self.t.resumes_refused),
+            "pods_deleted_while_suspended": self.t.gone_while_suspended,
             "suspensions_in_flight_at_agent_kill": self.t.in_flight_at_kill,
             "pods_created_twice": twice,
             "park_files_left": leftovers,
@@ -377,6 +385,8 @@ def report(result: dict[str, Any], argv: list[str]) -> str:
         f"| kills (SIGKILL, then restart) | {c['kills']} |",
         f"| suspensions in place / refused | {c['suspensions']} / {c['suspensions_refused']} |",
         f"| resumes / refused | {c['resumes']} / {c['resumes_refused']} |",
+        f"| suspended pods deleted with their finished job (memory released) | "
+        f"{c['pods_deleted_while_suspended']} |",
         f"| suspensions in flight when their agent was killed | "
         f"{c['suspensions_in_flight_at_agent_kill']} |",
         f"| GPUs / most ever promised | {c['gpus']} / {c['max_gpus_promised']} |",
@@ -415,8 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=RESULTS / "chaos.md")
+    ap.add_argument("--workdir", type=Path, help="keep logs and state here (default: a temp dir)")
     args = ap.parse_args(argv)
-    options = DemoOptions(nodes=args.nodes, gpus=args.gpus, timeout_s=args.timeout)
+    options = DemoOptions(
+        nodes=args.nodes,
+        gpus=args.gpus,
+        timeout_s=args.timeout,
+        cluster_name="rlix-chaos",
+        workdir=args.workdir,
+    )
     chaos = Chaos(options, args)
     result = chaos.run()
     text = report(result, argv)

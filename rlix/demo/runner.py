@@ -58,6 +58,9 @@ class DemoOptions:
     # An existing cluster (kind, ...) instead of the embedded one: RLix's
     # scheduler, extender, operator and simulated agents run here against it.
     kubeconfig: Path | None = None
+    # The embedded cluster's name: a second run (make chaos beside make demo)
+    # needs its own, or one would tear down the other's.
+    cluster_name: str = "rlix-demo"
 
 
 class Demo:
@@ -79,7 +82,7 @@ class Demo:
         else:
             cluster = DevCluster(
                 ClusterOptions(
-                    name="rlix-demo",
+                    name=self.o.cluster_name,
                     nodes=self.o.nodes,
                     gpus=self.o.gpus,
                     gpu_memory_mib=self.o.gpu_memory_mib,
