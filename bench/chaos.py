@@ -309,9 +309,13 @@ class Chaos(Demo):
             for p in (self.workdir / "parked").rglob("*")
             if p.is_file()
         )
+        # What the agent (resume refused: "mismatched [...]") and the client
+        # ("integrity check failed") say when a restore is not bit for bit.
         mismatches = sum(
-            log.read_text(errors="replace").count("not bit for bit")
-            for log in (self.workdir / "logs").rglob("*.log")
+            text.count("mismatched [") + text.count("integrity check failed")
+            for text in (
+                log.read_text(errors="replace") for log in (self.workdir / "logs").rglob("*.log")
+            )
         )
         checks = {
             "every job Succeeded": states.get("Succeeded", 0) == len(self.jobs),
