@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from rlix.devcluster import manifests, processes, scheduler
+from rlix.devcluster import manifests, processes, realnode, scheduler
 
 Log = Callable[[str], None]
 
@@ -57,6 +57,12 @@ class ClusterOptions:
     # where exactly one rlix-scheduler runs; the Helm chart turns it on.
     leader_elect: bool = False
     timeout_s: float = 180.0
+    # Real kubelet nodes beside the kwok ones (rlix.devcluster.realnode): 0 or 1.
+    real_nodes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.real_nodes not in (0, 1):
+            raise ValueError(f"real_nodes must be 0 or 1, got {self.real_nodes}")
 
     @property
     def extender_url(self) -> str:
@@ -234,13 +240,35 @@ class DevCluster:
         if not self.scheduler_healthy():
             self._start_scheduler()
         self._wait_nodes_ready()
+        if self.options.real_nodes:
+            self.real_node().up()
         self._log(f"cluster {self.options.name!r} ready in {time.monotonic() - start:.1f}s")
+
+    def real_node(self) -> realnode.RealNode:
+        """This cluster's real kubelet node (whether or not it runs)."""
+        return realnode.RealNode(
+            cluster_name=self.options.name,
+            cluster_dir=self.dir,
+            kubeconfig=self.kubeconfig,
+            api_port=self.api_port(),
+            bin_dir=self.bin_dir,
+            timeout_s=self.options.timeout_s,
+            log=self._log,
+        )
+
+    def api_port(self) -> int:
+        """The API server's port on 127.0.0.1, from the cluster's kubeconfig."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        server = str(config["clusters"][0]["cluster"]["server"])
+        return int(server.rsplit(":", 1)[1].rstrip("/"))
 
     def down(self) -> None:
         """Stop every process of the cluster and remove its state. Safe to repeat."""
         state = self._read_state()
         if state.scheduler_pid > 0:
             processes.stop_process_group(state.scheduler_pid)
+        # Named after the cluster, so this works with no state left at all.
+        realnode.down(self.options.name, self.dir, log=self._log)
         if self.exists():
             self._log(f"deleting cluster {self.options.name!r}")
             result = self.kwokctl("delete", "cluster", "--name", self.options.name, check=False)
@@ -266,7 +294,36 @@ class DevCluster:
                 "etcdBinary": str(b / "etcd"),
                 "kwokControllerBinary": str(b / "kwok"),
             },
+            "componentsPatches": self._component_patches(),
         }
+
+    def _component_patches(self) -> list[dict[str, Any]]:
+        """Flags kwokctl's binary runtime does not set, needed once a real node joins.
+
+        kwokctl starts kwok with --manage-all-nodes=true, which would take over a
+        real kubelet's node; our fake nodes carry the annotation kwok selects by.
+        The API server reaches a kubelet (logs, exec) at its InternalIP (its
+        Hostname does not resolve here) with the admin client certificate.
+        """
+        pki = self.dir / "pki"
+        selector = f"{manifests.KWOK_NODE_ANNOTATION}=fake"
+        return [
+            {
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {"key": "manage-nodes-with-annotation-selector", "value": selector},
+                ],
+            },
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+                    {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+                    {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+                ],
+            },
+        ]
 
     def _create(self) -> None:
         self._log(f"creating cluster {self.options.name!r} (kwokctl, binary runtime)")
