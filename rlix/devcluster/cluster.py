@@ -241,8 +241,23 @@ class DevCluster:
             self._start_scheduler()
         self._wait_nodes_ready()
         if self.options.real_nodes:
+            self._check_kwok_spares_real_nodes()
             self.real_node().up()
         self._log(f"cluster {self.options.name!r} ready in {time.monotonic() - start:.1f}s")
+
+    def _check_kwok_spares_real_nodes(self) -> None:
+        """A cluster created before kwok was limited to annotated nodes would let
+        kwok take over the real node's status: refuse it with the fix."""
+        flag = "--manage-nodes-with-annotation-selector="
+        try:
+            spares = flag in (self.dir / "kwok.yaml").read_text()
+        except OSError:
+            spares = False
+        if not spares:
+            raise RuntimeError(
+                f"cluster {self.options.name!r} runs kwok with --manage-all-nodes, which would "
+                f"take over a real node; recreate it: rlix cluster down --name {self.options.name}"
+            )
 
     def real_node(self) -> realnode.RealNode:
         """This cluster's real kubelet node (whether or not it runs)."""
