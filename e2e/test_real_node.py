@@ -9,38 +9,24 @@ of hack/node-deps.sh. If the node cannot start, these tests fail with the reason
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.kube import apply, get_json, wait_for
-from rlix.devcluster import realnode
-from rlix.devcluster.cluster import DevCluster
+from e2e.realnode_pods import real_pod
+from rlix.devcluster import processes, realnode
+from rlix.devcluster.cluster import DevCluster, default_workdir, reap_stale_clusters
+from rlix.devcluster.toolchain import bin_dir
+
+PROBE = Path(__file__).parent / "probes" / "probe_real_node.py"
 
 pytestmark = pytest.mark.realnode
-
-
-def _pod(node: realnode.RealNode, name: str, command: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "nodeSelector": {realnode.NODE_LABEL: "true"},
-            "tolerations": [{"key": realnode.TAINT_KEY, "operator": "Exists"}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": node.node_image,
-                    "imagePullPolicy": "Never",
-                    "command": command,
-                }
-            ],
-        },
-    }
 
 
 def _status(cluster: DevCluster, namespace: str, name: str) -> dict[str, Any]:
@@ -81,7 +67,7 @@ def test_a_plain_pod_runs_a_real_container_to_succeeded_and_its_log_is_readable(
         "print('rlix', rlix.__name__, 'python', sys.version.split()[0]); "
         "print('cgroup', pathlib.Path('/proc/self/cgroup').read_text().splitlines()[0])"
     )
-    apply(local_cluster, namespace, _pod(real_node, "hello", ["python3", "-c", script]))
+    apply(local_cluster, namespace, real_pod(real_node, "hello", ["python3", "-c", script]))
     status = wait_for(
         "pod hello to finish", lambda: _finished(local_cluster, namespace, "hello"), timeout_s=120
     )
@@ -101,7 +87,7 @@ def test_a_failing_container_reports_its_exit_code(
     apply(
         local_cluster,
         namespace,
-        _pod(real_node, "fails", ["python3", "-c", "import sys; sys.exit(7)"]),
+        real_pod(real_node, "fails", ["python3", "-c", "import sys; sys.exit(7)"]),
     )
     status = wait_for(
         "pod fails to finish", lambda: _finished(local_cluster, namespace, "fails"), timeout_s=120
@@ -120,7 +106,7 @@ def test_two_pods_on_the_node_reach_each_other_by_pod_ip(
         "        self.send_response(200); self.end_headers(); self.wfile.write(b'pong')\n"
         "http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n"
     )
-    apply(local_cluster, namespace, _pod(real_node, "server", ["python3", "-c", server]))
+    apply(local_cluster, namespace, real_pod(real_node, "server", ["python3", "-c", server]))
     server_ip = wait_for(
         "the server pod's IP",
         lambda: _status(local_cluster, namespace, "server").get("podIP"),
@@ -137,7 +123,7 @@ def test_two_pods_on_the_node_reach_each_other_by_pod_ip(
         "else:\n"
         "    raise SystemExit(1)\n"
     )
-    apply(local_cluster, namespace, _pod(real_node, "client", ["python3", "-c", client]))
+    apply(local_cluster, namespace, real_pod(real_node, "client", ["python3", "-c", client]))
     status = wait_for(
         "pod client to finish", lambda: _finished(local_cluster, namespace, "client"), timeout_s=120
     )
@@ -156,7 +142,7 @@ def test_teardown_leaves_nothing_even_when_the_node_was_abandoned(
     the next session's reaper knows only the cluster's name. Kill our handles to
     the node, forget its state, and tear down by name alone: nothing may remain.
     Then bring the node back (warm) so that the session ends as it began."""
-    apply(local_cluster, namespace, _pod(real_node, "sleeper", ["sleep", "3600"]))
+    apply(local_cluster, namespace, real_pod(real_node, "sleeper", ["sleep", "3600"]))
     wait_for(
         "the sleeper to run",
         lambda: _status(local_cluster, namespace, "sleeper").get("phase") == "Running",
@@ -192,3 +178,42 @@ def _no_runc_state_left() -> bool:
     return not any(
         p.name.startswith("k8s.io") for p in Path("/run").glob("containerd*/**/*") if p.is_dir()
     )
+
+
+def test_a_sigkilled_session_leaves_its_real_node_to_the_next_reaper(tmp_path: Path) -> None:
+    """No teardown runs in a session killed with SIGKILL; its containerd, kubelet,
+    shims and containers live on (their own sessions and cgroup). The next
+    session's reaper must remove all of it, knowing only the cluster's name."""
+    out = tmp_path / "probe.json"
+    env = {**os.environ, "RLIX_PROBE_OUT": str(out)}
+    env.pop("KUBECONFIG", None)
+    log = tmp_path / "probe.log"
+    with log.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pytest", str(PROBE), "-q", "-p", "no:cacheprovider"],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        info = json.loads(
+            wait_for(
+                "the probe session's real node to run a container",
+                lambda: out.is_file() and out.read_text(),
+                timeout_s=400,
+            )
+        )
+    except AssertionError as exc:
+        processes.stop_process_group(child.pid)
+        child.wait(timeout=60)
+        raise AssertionError(f"{exc}\n--- probe ---\n{log.read_text()[-3000:]}") from None
+    name, cluster_dir = info["name"], Path(info["dir"])
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    alive = realnode.leftovers(name, cluster_dir)
+    assert any(item.startswith("process") for item in alive), alive
+    assert any(item.startswith("interface") for item in alive), alive
+
+    assert reap_stale_clusters(default_workdir(), bin_dir(), prefix=name) == 1
+    assert realnode.leftovers(name, cluster_dir) == []

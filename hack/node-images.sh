@@ -18,6 +18,10 @@ root=$(cd "$here/.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 cache=${RLIX_CACHE:-$HOME/.cache/rlix}/images
 mkdir -p "$cache"
+# This run's scratch space, inside the cache (same filesystem: archives are moved
+# into place whole) and removed however the run ends.
+tmp=$(mktemp -d "$cache/.run.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS
 log() { printf '[node-images %4ds] %s\n' $((SECONDS - start)) "$*" >&2; }
 
@@ -33,10 +37,10 @@ mirror() {
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
-# pack ROOTFS_DIR ARCHIVE TAG ENTRYPOINT...: one-layer OCI image archive.
-pack() {
-  local rootfs=$1 archive=$2 tag=$3; shift 3
-  local work; work=$(mktemp -d "$cache/.pack.XXXXXX")
+# layout ROOTFS_DIR LAYOUT_DIR TAG ENTRYPOINT...: one-layer OCI image layout.
+layout() {
+  local rootfs=$1 oci=$2 tag=$3; shift 3
+  local work; work=$(mktemp -d "$tmp/pack.XXXXXX")
   umoci init --layout "$work/oci"
   umoci new --image "$work/oci:$tag"
   umoci unpack --image "$work/oci:$tag" "$work/bundle" >/dev/null
@@ -46,9 +50,15 @@ pack() {
   for e in "$@"; do args+=(--config.entrypoint "$e"); done
   umoci config "${args[@]}"
   umoci gc --layout "$work/oci"
-  tar -C "$work/oci" -cf "$archive.tmp" .
-  mv "$archive.tmp" "$archive"
+  rm -rf "$oci"
+  mv "$work/oci" "$oci"
   rm -rf "$work"
+}
+
+# archive LAYOUT_DIR ARCHIVE: the tar `ctr images import` reads.
+archive() {
+  tar -C "$1" -cf "$2.tmp" .
+  mv "$2.tmp" "$2"
 }
 
 build_pause() {
@@ -56,11 +66,12 @@ build_pause() {
   pause_tag=$key pause_archive="$cache/pause-$key.oci.tar"
   [[ -f "$pause_archive" ]] && return 0
   log "building the pause image (gcc -static)"
-  local fs; fs=$(mktemp -d "$cache/.pause.XXXXXX")
+  local fs; fs=$(mktemp -d "$tmp/pause.XXXXXX")
   gcc -static -Os -o "$fs/pause" "$root/images/pause/pause.c"
   strip "$fs/pause"
-  pack "$fs" "$pause_archive" "$key" /pause
-  rm -rf "$fs"
+  layout "$fs" "$fs.oci" "$key" /pause
+  archive "$fs.oci" "$pause_archive"
+  rm -rf "$fs" "$fs.oci"
 }
 
 build_node() {
@@ -77,20 +88,34 @@ build_node() {
     rm -rf "$base/rootfs/var/cache/apt/archives/"*.deb "$base/rootfs/var/lib/apt/lists/"*
     touch "$base/.complete"
   fi
-  local payload; payload=$(mktemp -d "$cache/.payload.XXXXXX")
+  # The Debian layer is packed once per base; each payload is a layer of its own
+  # on top, so a source change repacks megabytes, not the whole root filesystem.
+  if [[ ! -f "$base/oci/.complete" ]]; then
+    log "packing the Debian layer (once per base)"
+    layout "$base/rootfs" "$base/oci" base python3
+    touch "$base/oci/.complete"
+  fi
+  local payload; payload=$(mktemp -d "$tmp/payload.XXXXXX")
   local key
   key=$(PYTHONPATH="$root" "$python" -m rlix.devcluster.node_payload "$payload/dist-packages")
   node_tag=$key node_archive="$cache/node-$key.oci.tar"
-  if [[ ! -f "$node_archive" ]]; then
-    log "packing the node image (Debian $suite + python3 + rlix wheel, key $key)"
-    local fs; fs=$(mktemp -d "$cache/.node.XXXXXX")
-    cp -a "$base/rootfs/." "$fs/"
-    local site; site=$(ls -d "$fs"/usr/lib/python3/dist-packages)
-    cp -a "$payload/dist-packages/." "$site/"
-    pack "$fs" "$node_archive" "$key" python3
-    rm -rf "$fs"
+  if [[ -f "$node_archive" ]]; then
+    touch "$node_archive"  # most recently used: kept by the pruning below
+  else
+    log "adding the rlix payload layer (key $key)"
+    local oci; oci=$(mktemp -d "$tmp/node.XXXXXX")
+    cp -a "$base/oci/." "$oci/"
+    rm -f "$oci/.complete"
+    umoci insert --image "$oci:base" "$payload/dist-packages" /usr/lib/python3/dist-packages
+    umoci tag --image "$oci:base" "$key"
+    umoci rm --image "$oci:base"
+    umoci gc --layout "$oci"
+    archive "$oci" "$node_archive"
+    rm -rf "$oci"
   fi
   rm -rf "$payload"
+  # Each source change makes a new archive (~70 MiB): keep the 3 most recently used.
+  ls -t "$cache"/node-*.oci.tar | tail -n +4 | xargs -r rm -f
 }
 
 build_pause

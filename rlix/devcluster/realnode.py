@@ -471,7 +471,10 @@ def leftovers(cluster_name: str, cluster_dir: Path) -> list[str]:
     """What of the real node still exists (for tests of teardown): empty when clean."""
     names = Names.of(cluster_name)
     node_dir = cluster_dir / "node"
-    out = [str(h / names.cgroup) for h in cgroup_hierarchies() if (h / names.cgroup).exists()]
+    groups = [h / names.cgroup for h in cgroup_hierarchies() if (h / names.cgroup).exists()]
+    out = [f"cgroup {g}" for g in groups]
+    # Containers run commands that name nothing of ours: find them by cgroup.
+    out.extend(f"process {pid} (in the node's cgroup)" for pid in sorted(_pids(groups)))
     if _link_exists(names.host_veth):
         out.append(f"interface {names.host_veth}")
     if node_dir.exists():
