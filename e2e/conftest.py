@@ -108,11 +108,14 @@ def real_node(cluster: DevCluster | ExistingCluster) -> Iterator[realnode.RealNo
     if not isinstance(cluster, DevCluster):
         pytest.skip("the real-node tier adds its node to the session's local control plane")
     node = cluster.real_node()
+    failure = ""
     try:
         node.up()
     except realnode.RealNodeError as err:
+        failure = str(err)
         node.down()
-        pytest.fail(f"the real node did not start: {err}", pytrace=False)
+    if failure:
+        pytest.fail(f"the real node did not start: {failure}", pytrace=False)
     try:
         yield node
     finally:

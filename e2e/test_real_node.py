@@ -217,3 +217,4 @@ def test_a_sigkilled_session_leaves_its_real_node_to_the_next_reaper(tmp_path: P
 
     assert reap_stale_clusters(default_workdir(), bin_dir(), prefix=name) == 1
     assert realnode.leftovers(name, cluster_dir) == []
+    assert not list(default_workdir().glob(f"{name}.*")), "kwokctl files of the cluster left"

@@ -157,6 +157,14 @@ class DevCluster:
     def _state_path(self) -> Path:
         return self.dir / "rlix-state.json"
 
+    @property
+    def _kwokctl_config_path(self) -> Path:
+        return self.options.workdir / f"{self.options.name}.kwokctl.yaml"
+
+    @property
+    def _merged_kubeconfig_path(self) -> Path:
+        return self.options.workdir / f"{self.options.name}.merged-kubeconfig.yaml"
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["KWOK_WORKDIR"] = str(self.options.workdir)
@@ -290,6 +298,10 @@ class DevCluster:
             if result.returncode != 0:
                 self._log(f"kwokctl delete failed ({result.stderr.strip()}); removing state")
         shutil.rmtree(self.dir, ignore_errors=True)
+        # _create writes these beside the clusters directory; every e2e session
+        # has its own name, so they would pile up (two files per session).
+        for leftover in (self._kwokctl_config_path, self._merged_kubeconfig_path):
+            leftover.unlink(missing_ok=True)
 
     def _kwokctl_config(self) -> dict[str, Any]:
         b = self.bin_dir
@@ -343,7 +355,7 @@ class DevCluster:
     def _create(self) -> None:
         self._log(f"creating cluster {self.options.name!r} (kwokctl, binary runtime)")
         self.options.workdir.mkdir(parents=True, exist_ok=True)
-        config = self.options.workdir / f"{self.options.name}.kwokctl.yaml"
+        config = self._kwokctl_config_path
         config.write_text(yaml.safe_dump(self._kwokctl_config(), sort_keys=False))
         result = self.kwokctl(
             "create",
@@ -355,7 +367,7 @@ class DevCluster:
             "--runtime",
             "binary",
             "--kubeconfig",
-            str(self.options.workdir / f"{self.options.name}.merged-kubeconfig.yaml"),
+            str(self._merged_kubeconfig_path),
             "--wait",
             f"{int(self.options.timeout_s)}s",
             check=False,
