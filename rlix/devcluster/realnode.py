@@ -428,10 +428,15 @@ class RealNode:
             path = self.dir / "logs" / f"{name}.log"
             with contextlib.suppress(OSError):
                 text = path.read_text(errors="replace")
-                lines = [ln for ln in text.splitlines() if " E" in ln[:30] or "level=error" in ln]
+                lines = [ln for ln in text.splitlines() if _is_error(ln)]
                 out.append(f"--- {path} (errors, then tail)\n" + "\n".join(lines[-15:]))
                 out.append("\n".join(text.splitlines()[-15:]))
         return "\n".join(out)
+
+
+def _is_error(line: str) -> bool:
+    """A klog error line ("E1130 23:10:52...") or a logrus one (containerd)."""
+    return (line[:1] == "E" and line[1:5].isdigit()) or "level=error" in line
 
 
 def down(cluster_name: str, cluster_dir: Path, *, log: Log = _stderr_log) -> bool:

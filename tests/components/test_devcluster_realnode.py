@@ -109,3 +109,10 @@ def test_payload_takes_base_requirements_only() -> None:
         "Name: rlix",
     ]
     assert [_requirement_name(r) for r in _base_requirements(lines)] == ["pydantic"]
+
+
+def test_failure_report_picks_kubelet_and_containerd_errors() -> None:
+    assert realnode._is_error('E1130 23:10:52.1 1 kubelet.go:1] "Failed" err="x"')
+    assert realnode._is_error('time="2026" level=error msg="failed to start"')
+    assert not realnode._is_error('I1130 23:10:52.1 1 kubelet.go:1] "Started"')
+    assert not realnode._is_error("Error is a word here")
