@@ -234,6 +234,8 @@ class RealNode:
     # -- steps ------------------------------------------------------------
     def _images(self) -> tuple[tuple[str, Path], tuple[str, Path]]:
         script = self.repo_root / "hack" / "node-images.sh"
+        if not script.is_file():
+            raise RealNodeError(f"{script} not found: the real node's images build from a checkout")
         env = dict(os.environ, PYTHON=sys.executable)
         self._log("building or reusing the node images (hack/node-images.sh)")
         result = subprocess.run(
