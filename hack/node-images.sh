@@ -18,6 +18,9 @@ root=$(cd "$here/.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 cache=${RLIX_CACHE:-$HOME/.cache/rlix}/images
 mkdir -p "$cache"
+# One builder at a time (sessions run side by side): warm runs take seconds.
+exec 9>"$cache/.lock"
+flock 9
 # This run's scratch space, inside the cache (same filesystem: archives are moved
 # into place whole) and removed however the run ends.
 tmp=$(mktemp -d "$cache/.run.XXXXXX")
