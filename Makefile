@@ -11,6 +11,7 @@ CLUSTER ?= rlix-dev
 NODES ?= 4
 GPUS ?= 8
 GPU_MEMORY_MIB ?= 81920
+REAL_NODES ?= 0
 PYTEST_ARGS ?=
 CHAOS_ARGS ?=
 
@@ -20,7 +21,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
 		/^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@printf "\nVariables: CLUSTER=$(CLUSTER) NODES=$(NODES) GPUS=$(GPUS) GPU_MEMORY_MIB=$(GPU_MEMORY_MIB) KUBECONFIG=<existing cluster>\n"
+	@printf "\nVariables: CLUSTER=$(CLUSTER) NODES=$(NODES) REAL_NODES=$(REAL_NODES) GPUS=$(GPUS) GPU_MEMORY_MIB=$(GPU_MEMORY_MIB) KUBECONFIG=<existing cluster>\n"
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> creating $(VENV) and installing rlix[dev] (pinned)"
@@ -49,10 +50,19 @@ fmt: venv ## Format and autofix with ruff
 	$(VENV)/bin/ruff check --fix rlix tests e2e hack bench
 
 .PHONY: test
-test: venv toolchain lint verify ## Every tier CI can run: core, components, real control plane
+test: venv toolchain node-deps lint verify ## Every tier CI can run: core, components, real control plane, real node
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-node
 	@hack/kind-up.sh --check
 	@$(MAKE) --no-print-directory gpu-check
+
+.PHONY: node-deps
+node-deps: ## Debian packages the real test node needs (runc, CNI plugins, debootstrap, umoci, gcc); no-op when present
+	@hack/node-deps.sh
+
+.PHONY: test-node
+test-node: venv toolchain node-deps ## The real-node tier: a kubelet + containerd node beside the kwok nodes (needs root)
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest e2e -m realnode $(PYTEST_ARGS)
 
 .PHONY: test-fast
 test-fast: venv ## Tiers 1-2 only (no control plane)
@@ -74,8 +84,8 @@ verify: venv ## Fail if crds/ or the chart's CRDs drifted from the models
 		{ echo "charts/rlix/crds drifted from crds/: run 'make generate'"; exit 1; }
 
 .PHONY: cluster-up
-cluster-up: venv toolchain ## Start a local cluster with fake GPU nodes (safe to re-run)
-	$(VENV)/bin/rlix cluster up --name $(CLUSTER) --nodes $(NODES) --gpus $(GPUS) --gpu-memory-mib $(GPU_MEMORY_MIB)
+cluster-up: venv toolchain $(if $(filter-out 0,$(REAL_NODES)),node-deps) ## Start a local cluster with fake GPU nodes, plus a real kubelet node with REAL_NODES=1 (safe to re-run)
+	$(VENV)/bin/rlix cluster up --name $(CLUSTER) --nodes $(NODES) --gpus $(GPUS) --gpu-memory-mib $(GPU_MEMORY_MIB) --real-nodes $(REAL_NODES)
 
 .PHONY: cluster-down
 cluster-down: venv ## Stop the local cluster and remove its state

@@ -27,7 +27,7 @@ from types import FrameType
 import pytest
 
 from e2e.kube import wait_for
-from rlix.devcluster import processes
+from rlix.devcluster import processes, realnode
 from rlix.devcluster.cluster import (
     ClusterOptions,
     DevCluster,
@@ -95,6 +95,31 @@ def local_cluster(cluster: DevCluster | ExistingCluster) -> DevCluster:
     if not isinstance(cluster, DevCluster):
         pytest.skip("needs the session's local control plane (extender port on 127.0.0.1)")
     return cluster
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: DevCluster | ExistingCluster) -> Iterator[realnode.RealNode]:
+    """A real kubelet node (containerd, runc, our images) joined to the session's cluster.
+
+    Started the first time a ``realnode`` test asks for it. If it cannot start,
+    every test that needs it FAILS with the reason (missing packages, a kubelet
+    that never got Ready, with its log): this tier never skips silently.
+    """
+    if not isinstance(cluster, DevCluster):
+        pytest.skip("the real-node tier adds its node to the session's local control plane")
+    node = cluster.real_node()
+    failure = ""
+    try:
+        node.up()
+    except realnode.RealNodeError as err:
+        failure = str(err)
+        node.down()
+    if failure:
+        pytest.fail(f"the real node did not start: {failure}", pytrace=False)
+    try:
+        yield node
+    finally:
+        node.down()
 
 
 @pytest.fixture

@@ -25,13 +25,13 @@ progress() { awk -v what="$1" '{n++; if (n % 200 == 0) { printf "[toolchain]   %
 
 have() { local f; for f in "$@"; do [[ -x "$bin/$f" ]] || return 1; done; }
 
-build_kubernetes() {
-  have kube-apiserver kube-controller-manager kube-scheduler kubectl && return 0
+# k8s.io/kubernetes carries replace directives to ./staging, which `go install
+# pkg@version` refuses; a wrapper module replaces each staging module with its
+# published twin instead. The control plane and the kubelet share it (and so
+# Go's build cache: the kubelet costs little after the control plane).
+k8s_module() {
   local dir="$cache/build/k8s-v$K8S_VERSION"
   mkdir -p "$dir"
-  # k8s.io/kubernetes carries replace directives to ./staging, which `go install
-  # pkg@version` refuses; a wrapper module replaces each staging module with its
-  # published twin instead.
   {
     echo "module rlix.local/k8sbuild"
     echo
@@ -54,20 +54,57 @@ build_kubernetes() {
   } >"$dir/go.mod"
   local minor=${K8S_VERSION#*.}; minor=${minor%%.*}
   local date; date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-  local ld="-s -w"
+  k8s_ldflags="-s -w"
   # Tools (kwokctl, kubectl) parse the server version: stamp it like the release build does.
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$date -X $p.gitCommit=v$K8S_VERSION"
+    k8s_ldflags+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    k8s_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date -X $p.gitCommit=v$K8S_VERSION"
   done
+  k8s_dir=$dir
   log "resolving k8s.io/kubernetes v$K8S_VERSION modules (first run downloads ~1 GiB)"
   (cd "$dir" && go mod download k8s.io/kubernetes && go get k8s.io/kubernetes@v$K8S_VERSION >/dev/null 2>&1 || true)
+}
+
+build_kubernetes() {
+  have kube-apiserver kube-controller-manager kube-scheduler kubectl && return 0
+  k8s_module
   log "compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (cold: 15-30 min on 2 cores)"
-  (cd "$dir" && go build -mod=mod -v -ldflags "$ld" -o "$bin/" \
+  (cd "$k8s_dir" && go build -mod=mod -v -ldflags "$k8s_ldflags" -o "$bin/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl 2>&1 | progress kubernetes)
   have kube-apiserver kube-controller-manager kube-scheduler kubectl || { log "kubernetes build failed"; return 1; }
   log "kubernetes binaries ready"
+}
+
+# The real node's kubelet: same sources and version as the control plane. Built
+# on its own so that adding it to an existing cache rebuilds nothing else.
+build_kubelet() {
+  have kubelet && return 0
+  k8s_module
+  log "compiling kubelet (45-90 s after the control plane, 3-5 min alone on 2 cores)"
+  (cd "$k8s_dir" && go build -mod=mod -v -ldflags "$k8s_ldflags" -o "$bin/" \
+      k8s.io/kubernetes/cmd/kubelet 2>&1 | progress kubelet)
+  have kubelet || { log "kubelet build failed"; return 1; }
+  log "kubelet ready"
+}
+
+# The real node's container runtime. containerd 2.x, not Debian's 1.6: the DRA
+# work needs CDI, which 1.6 lacks. Its module has no replace directives, so
+# `go install` builds it from the proxy (cold: ~7 min on 2 cores). btrfs, zfs and
+# devmapper snapshotters need cgo; the node uses overlayfs. runc comes from Debian.
+build_containerd() {
+  if have containerd ctr containerd-shim-runc-v2 &&
+    "$bin/containerd" --version | grep -q " v$CONTAINERD_VERSION "; then
+    return 0
+  fi
+  log "compiling containerd v$CONTAINERD_VERSION, ctr, containerd-shim-runc-v2 (cold: ~7 min on 2 cores)"
+  local m=github.com/containerd/containerd/v2
+  GOBIN="$bin" go install -v -tags no_btrfs,no_devmapper,no_zfs \
+    -ldflags "-s -w -X $m/version.Version=v$CONTAINERD_VERSION" \
+    "$m/cmd/containerd@v$CONTAINERD_VERSION" "$m/cmd/ctr@v$CONTAINERD_VERSION" \
+    "$m/cmd/containerd-shim-runc-v2@v$CONTAINERD_VERSION" 2>&1 | progress containerd
+  have containerd ctr containerd-shim-runc-v2 || { log "containerd build failed"; return 1; }
+  log "containerd ready"
 }
 
 build_etcd() {
@@ -116,6 +153,8 @@ build_helm() {
 build_etcd
 build_kwok
 build_kubernetes
+build_kubelet
 build_helm
+build_containerd
 log "toolchain ready in $bin"
 echo "$bin"

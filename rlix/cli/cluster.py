@@ -36,6 +36,14 @@ def add_parser(sub: Any) -> None:
         "--gpu-memory-mib", type=int, default=81920, help="memory per GPU in MiB (default: 81920)"
     )
     up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        choices=(0, 1),
+        help="real kubelet nodes (containerd, runc, locally built images) beside the fake "
+        "ones; needs root and hack/node-deps.sh (default: 0)",
+    )
+    up.add_argument(
         "--extender-port",
         type=int,
         default=18787,
@@ -61,7 +69,7 @@ def _cluster(args: argparse.Namespace) -> Any:
     from rlix.devcluster.toolchain import ToolchainMissingError, bin_dir
 
     fields: dict[str, Any] = {"name": args.name}
-    for key in ("nodes", "gpus", "gpu_memory_mib", "extender_port"):
+    for key in ("nodes", "gpus", "gpu_memory_mib", "extender_port", "real_nodes"):
         if hasattr(args, key):
             fields[key] = getattr(args, key)
     try:

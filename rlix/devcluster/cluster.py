@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from rlix.devcluster import manifests, processes, scheduler
+from rlix.devcluster import manifests, processes, realnode, scheduler
 
 Log = Callable[[str], None]
 
@@ -57,6 +57,12 @@ class ClusterOptions:
     # where exactly one rlix-scheduler runs; the Helm chart turns it on.
     leader_elect: bool = False
     timeout_s: float = 180.0
+    # Real kubelet nodes beside the kwok ones (rlix.devcluster.realnode): 0 or 1.
+    real_nodes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.real_nodes not in (0, 1):
+            raise ValueError(f"real_nodes must be 0 or 1, got {self.real_nodes}")
 
     @property
     def extender_url(self) -> str:
@@ -151,6 +157,14 @@ class DevCluster:
     def _state_path(self) -> Path:
         return self.dir / "rlix-state.json"
 
+    @property
+    def _kwokctl_config_path(self) -> Path:
+        return self.options.workdir / f"{self.options.name}.kwokctl.yaml"
+
+    @property
+    def _merged_kubeconfig_path(self) -> Path:
+        return self.options.workdir / f"{self.options.name}.merged-kubeconfig.yaml"
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["KWOK_WORKDIR"] = str(self.options.workdir)
@@ -234,19 +248,60 @@ class DevCluster:
         if not self.scheduler_healthy():
             self._start_scheduler()
         self._wait_nodes_ready()
+        if self.options.real_nodes:
+            self._check_kwok_spares_real_nodes()
+            self.real_node().up()
         self._log(f"cluster {self.options.name!r} ready in {time.monotonic() - start:.1f}s")
+
+    def _check_kwok_spares_real_nodes(self) -> None:
+        """A cluster created before kwok was limited to annotated nodes would let
+        kwok take over the real node's status: refuse it with the fix."""
+        flag = "--manage-nodes-with-annotation-selector="
+        try:
+            spares = flag in (self.dir / "kwok.yaml").read_text()
+        except OSError:
+            spares = False
+        if not spares:
+            raise RuntimeError(
+                f"cluster {self.options.name!r} runs kwok with --manage-all-nodes, which would "
+                f"take over a real node; recreate it: rlix cluster down --name {self.options.name}"
+            )
+
+    def real_node(self) -> realnode.RealNode:
+        """This cluster's real kubelet node (whether or not it runs)."""
+        return realnode.RealNode(
+            cluster_name=self.options.name,
+            cluster_dir=self.dir,
+            kubeconfig=self.kubeconfig,
+            api_port=self.api_port(),
+            bin_dir=self.bin_dir,
+            timeout_s=self.options.timeout_s,
+            log=self._log,
+        )
+
+    def api_port(self) -> int:
+        """The API server's port on 127.0.0.1, from the cluster's kubeconfig."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        server = str(config["clusters"][0]["cluster"]["server"])
+        return int(server.rsplit(":", 1)[1].rstrip("/"))
 
     def down(self) -> None:
         """Stop every process of the cluster and remove its state. Safe to repeat."""
         state = self._read_state()
         if state.scheduler_pid > 0:
             processes.stop_process_group(state.scheduler_pid)
+        # Named after the cluster, so this works with no state left at all.
+        realnode.down(self.options.name, self.dir, log=self._log)
         if self.exists():
             self._log(f"deleting cluster {self.options.name!r}")
             result = self.kwokctl("delete", "cluster", "--name", self.options.name, check=False)
             if result.returncode != 0:
                 self._log(f"kwokctl delete failed ({result.stderr.strip()}); removing state")
         shutil.rmtree(self.dir, ignore_errors=True)
+        # _create writes these beside the clusters directory; every e2e session
+        # has its own name, so they would pile up (two files per session).
+        for leftover in (self._kwokctl_config_path, self._merged_kubeconfig_path):
+            leftover.unlink(missing_ok=True)
 
     def _kwokctl_config(self) -> dict[str, Any]:
         b = self.bin_dir
@@ -266,12 +321,41 @@ class DevCluster:
                 "etcdBinary": str(b / "etcd"),
                 "kwokControllerBinary": str(b / "kwok"),
             },
+            "componentsPatches": self._component_patches(),
         }
+
+    def _component_patches(self) -> list[dict[str, Any]]:
+        """Flags kwokctl's binary runtime does not set, needed once a real node joins.
+
+        kwokctl starts kwok with --manage-all-nodes=true, which would take over a
+        real kubelet's node; our fake nodes carry the annotation kwok selects by.
+        The API server reaches a kubelet (logs, exec) at its InternalIP (its
+        Hostname does not resolve here) with the admin client certificate.
+        """
+        pki = self.dir / "pki"
+        selector = f"{manifests.KWOK_NODE_ANNOTATION}=fake"
+        return [
+            {
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {"key": "manage-nodes-with-annotation-selector", "value": selector},
+                ],
+            },
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+                    {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+                    {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+                ],
+            },
+        ]
 
     def _create(self) -> None:
         self._log(f"creating cluster {self.options.name!r} (kwokctl, binary runtime)")
         self.options.workdir.mkdir(parents=True, exist_ok=True)
-        config = self.options.workdir / f"{self.options.name}.kwokctl.yaml"
+        config = self._kwokctl_config_path
         config.write_text(yaml.safe_dump(self._kwokctl_config(), sort_keys=False))
         result = self.kwokctl(
             "create",
@@ -283,7 +367,7 @@ class DevCluster:
             "--runtime",
             "binary",
             "--kubeconfig",
-            str(self.options.workdir / f"{self.options.name}.merged-kubeconfig.yaml"),
+            str(self._merged_kubeconfig_path),
             "--wait",
             f"{int(self.options.timeout_s)}s",
             check=False,
