@@ -5,7 +5,8 @@ after a crash is harmless (409 is success). The Service is the job's only if
 its controller ownerReference carries the job's UID, as for pods: one left by
 an earlier job of the same name is deleted and made again, and one that no
 RLJob controls (a user's own Service of that name) is a conflict a person must
-resolve, reported on the job. PriorityClasses are shared by every job of one
+resolve, reported on the job (an orphaned one that still carries the job's
+label is stale too). PriorityClasses are shared by every job of one
 priority and never deleted (a handful of small cluster-scoped objects).
 
 What is known to exist is remembered per job UID and per priority; losing that
@@ -52,13 +53,18 @@ def controlled_by(body: Body, uid: str) -> bool:
     return any(r.get("controller") and r.get("uid") == uid for r in refs)
 
 
-def _rljob_controller(body: Body) -> bool:
-    refs = body.get("metadata", {}).get("ownerReferences") or []
+def _stale(body: Body, job: str) -> bool:
+    """A Service an earlier job of this name left: controlled by an RLJob, or orphaned.
+
+    ``kubectl delete rlj --cascade=orphan`` strips the ownerReference and
+    leaves the job's label; a Service with neither is somebody else's.
+    """
+    meta = body.get("metadata", {})
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    if not refs:
+        return bool((meta.get("labels") or {}).get(names.LABEL_JOB) == job)
     return any(
-        r.get("controller")
-        and r.get("kind") == names.KIND
-        and r.get("apiVersion") == names.API_VERSION
-        for r in refs
+        r.get("kind") == names.KIND and r.get("apiVersion") == names.API_VERSION for r in refs
     )
 
 
@@ -111,7 +117,7 @@ class Prerequisites:
         if controlled_by(found, uid):
             self._services.add(uid)
             return None
-        if _rljob_controller(found):
+        if _stale(found, job.name):
             await self.kube.delete_service(job.namespace, name)
             await self.recorder.event(
                 job.key,
