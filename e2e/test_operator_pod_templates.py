@@ -181,13 +181,36 @@ def test_kubectl_wait_for_succeeded_returns_for_a_finished_job(
     assert "REASON" in table and "TrainerSucceeded" in table, table
 
 
+# A mount of a volume the template does not define: only Pod validation sees it.
+BROKEN = {"containers": [container(volumeMounts=[{"name": "nowhere", "mountPath": "/x"}])]}
+
+
+def test_template_the_api_server_refuses_is_refused_at_apply(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    """The webhook's dry run of the role's pod brings Pod validation to `kubectl apply`."""
+    body = rljob("refused", trainer(BROKEN))
+    result = cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body), check=False
+    )
+    assert result.returncode != 0, result.stdout
+    assert "spec.roles[0].template" in result.stderr, result.stderr
+    assert "volumeMounts" in result.stderr and "nowhere" in result.stderr, result.stderr
+    assert get_json(cluster, "rlj", "-n", namespace)["items"] == []
+    assert get_json(cluster, "pods", "-n", namespace)["items"] == []  # a dry run stores nothing
+
+
 def test_invalid_template_fails_the_job_and_releases_its_admission(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    """The API server refuses the pods (a mount of no volume): the job fails, GPUs are freed."""
-    broken = {"containers": [container(volumeMounts=[{"name": "nowhere", "mountPath": "/x"}])]}
+    """Past a skipped webhook, the API server refuses the pods: the job fails, GPUs are freed."""
     whole = {"replicas": NODES, "gpus": GPUS, "mib": 60000}
-    apply(cluster, namespace, rljob("broken", trainer(broken, **whole)))
+    # A stopped operator: the webhook times out and is skipped (failurePolicy Ignore).
+    operator.pause()
+    try:
+        apply(cluster, namespace, rljob("broken", trainer(BROKEN, **whole)))
+    finally:
+        operator.resume()
     failed = wait_for(
         "PodRejected",
         lambda: (c := condition(cluster, namespace, "broken", "Failed")) and c,
