@@ -248,3 +248,39 @@ def test_a_service_of_the_jobs_name_that_is_not_its_own_fails_the_job(
     assert get_json(cluster, "service", "taken", "-n", namespace)["spec"]["ports"][0]["port"] == 80
     selector = f"{names.LABEL_JOB}=taken"
     assert get_json(cluster, "pods", "-n", namespace, "-l", selector)["items"] == []
+
+
+def test_service_orphaned_by_an_earlier_job_of_the_name_is_replaced(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(cluster, namespace, rljob("again", trainer({"containers": [container()]})))
+    wait_for("Running", lambda: state(cluster, namespace, "again") == "Running", timeout_s=90)
+    cluster.kubectl("delete", "rlj", "again", "-n", namespace, "--cascade=orphan")
+    wait_for(
+        "the Service orphaned",
+        lambda: (
+            not get_json(cluster, "service", "again", "-n", namespace)["metadata"].get(
+                "ownerReferences"
+            )
+        ),
+    )
+    apply(cluster, namespace, rljob("again", trainer({"containers": [container()]})))
+    uid = get_json(cluster, "rlj", "again", "-n", namespace)["metadata"]["uid"]
+
+    def owned() -> bool:
+        found = cluster.kubectl(
+            "get", "service", "again", "-n", namespace, "-o", "json", check=False
+        )
+        if found.returncode != 0:
+            return False
+        refs = yaml.safe_load(found.stdout)["metadata"].get("ownerReferences") or []
+        return any(r["uid"] == uid and r.get("controller") for r in refs)
+
+    wait_for("the Service recreated for the new job", owned, timeout_s=60)
+    wait_for("Running", lambda: state(cluster, namespace, "again") == "Running", timeout_s=90)
+    reasons = {
+        e["reason"]
+        for e in events_for(cluster, namespace, "again")
+        if e["involvedObject"].get("uid") == uid
+    }
+    assert "StaleServiceReplaced" in reasons, reasons
