@@ -81,6 +81,8 @@ def schema_errors(value: Any, node: dict[str, Any], path: str) -> list[str]:
                 out += schema_errors(child, props[name], sub)
             elif isinstance(node.get("additionalProperties"), dict):
                 out += schema_errors(child, node["additionalProperties"], sub)
+            elif node.get("x-kubernetes-preserve-unknown-fields"):
+                continue  # a pod template's own fields: Pod validation judges them
             elif props:  # `metadata: {type: object}` is checked by the API server itself
                 out.append(f'unknown field "{sub}"')
     return out
@@ -159,3 +161,15 @@ def test_generated_schema_rejects_schema_level_corpus(path: Path) -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_generated_schema_accepts_examples(path: Path) -> None:
     assert schema_errors(yaml.safe_load(path.read_text()), ROOT_SCHEMA, "") == []
+
+
+def test_template_passes_pod_fields_through_but_not_a_misspelt_containers() -> None:
+    example = yaml.safe_load((ROOT / "examples" / "grpo-trl.yaml").read_text())
+    template = example["spec"]["roles"][0]["template"]
+    template["spec"]["affinity"] = {"nodeAffinity": {}}  # any PodSpec field passes
+    assert schema_errors(example, ROOT_SCHEMA, "") == []
+    template["spec"]["containres"] = template["spec"].pop("containers")
+    template["metadata"]["name"] = "ignored"
+    errors = schema_errors(example, ROOT_SCHEMA, "")
+    assert "spec.roles[0].template.spec.containers: Required value" in errors, errors
+    assert 'unknown field "spec.roles[0].template.metadata.name"' in errors, errors
