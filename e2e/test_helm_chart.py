@@ -109,6 +109,10 @@ def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: st
     assert not can("extender", "get", "secrets")
     assert can("operator", "create", "pods") and can("operator", "patch", "rljobs.rlix.io/status")
     assert not can("operator", "get", "secrets")
+    # Each job's headless Service and the PriorityClass of its priority.
+    assert can("operator", "create", "services") and can("operator", "delete", "services")
+    assert can("operator", "create", "priorityclasses.scheduling.k8s.io")
+    assert not can("operator", "delete", "priorityclasses.scheduling.k8s.io")
     assert can("scheduler", "create", "bindings")
     lease = "leases.coordination.k8s.io/rlix-scheduler"
     assert _can(

@@ -102,6 +102,7 @@ def _printer_columns() -> list[JSON]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
         {"name": "Iterations", "type": "integer", "jsonPath": ".status.iterations"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
         {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]

@@ -47,3 +47,48 @@ ANNOTATION_ADMITTED_NODE: Final = f"{GROUP}/admitted-node"
 # {"index", "memoryMiB", "usedMiB", "utilization"}.
 ANNOTATION_NODE_GPUS: Final = f"{GROUP}/gpus"
 LABEL_NVLINK_DOMAIN: Final = f"{GROUP}/nvlink-domain"
+LABEL_REPLICA_INDEX: Final = f"{GROUP}/replica-index"
+
+# The node agent's socket: the chart's nodeAgent.socketDir is handed to both the
+# agent DaemonSet (--socket <dir>/agent.sock) and the operator
+# (--agent-socket-dir <dir>), which mounts <dir> into every role pod by hostPath
+# at the same path and points RLIX_AGENT_SOCKET at the socket.
+AGENT_SOCKET_DIR: Final = "/run/rlix"
+AGENT_SOCKET_FILE: Final = "agent.sock"
+AGENT_SOCKET_VOLUME: Final = "rlix-agent-socket"
+
+# Environment every role container gets (docs/rljob.md, "Environment"). RLix
+# sets them; a template that sets one is refused, so no pod ever sees two values.
+ENV_AGENT_SOCKET: Final = "RLIX_AGENT_SOCKET"
+ENV_JOB: Final = "RLIX_JOB"
+ENV_ROLE: Final = "RLIX_ROLE"
+ENV_REPLICA_INDEX: Final = "RLIX_REPLICA_INDEX"
+ENV_REPLICAS: Final = "RLIX_REPLICAS"
+ENV_HEAD: Final = "RLIX_HEAD_ADDR"
+ENV_MASTER_ADDR: Final = "MASTER_ADDR"
+ENV_MASTER_PORT: Final = "MASTER_PORT"
+ENV_WORLD_SIZE: Final = "WORLD_SIZE"
+ENV_RANK: Final = "RANK"
+ENV_NODE_RANK: Final = "NODE_RANK"
+OWNED_ENV: Final = (
+    ENV_AGENT_SOCKET,
+    ENV_JOB,
+    ENV_ROLE,
+    ENV_REPLICA_INDEX,
+    ENV_REPLICAS,
+    ENV_HEAD,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_WORLD_SIZE,
+    ENV_RANK,
+    ENV_NODE_RANK,
+)
+# torchrun's default rendezvous port; the head pod listens on it.
+MASTER_PORT: Final = 29500
+
+# RLJob priority -> pod spec.priority: one PriorityClass per priority value in
+# use, named by the value (docs/rljob.md, "Priority").
+PRIORITY_CLASS_PREFIX: Final = "rlix-priority-"
+# The default tolerations of GPU role pods: GPU nodes are commonly tainted so
+# that only pods asking for GPUs land there (NVIDIA GPU operator, GKE, EKS).
+GPU_TOLERATION: Final = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Final
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from rlix.core.names import SCHEDULER_NAME as SCHEDULER
 from rlix.core.phases import Phase
 
 # Pod names are "<job>-<role>-<index>" and must stay valid DNS labels (63) so
@@ -35,6 +36,8 @@ DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # (and a container runtime could not pull it): refuse it at the RLJob already.
 IMAGE: Final = r"^\S(.*\S)?$"
 ENV_NAME: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# The container a short-form role (image/command/args/env) runs in.
+SHORT_FORM_CONTAINER: Final = "main"
 
 
 class _Model(BaseModel):
@@ -123,12 +126,122 @@ class EnvVar(_Model):
     value: str = Field(default="", max_length=32_768)
 
 
+class TemplateMetadata(_Model):
+    """The labels and annotations a template adds to every pod of its role.
+
+    A name or namespace on a template would be ignored (RLix names the pods),
+    so only these two are accepted, as JobSet and Kueue do in practice.
+    """
+
+    labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(default_factory=dict)
+    # The API server bounds all annotations of an object to 256 KiB together.
+    annotations: dict[str, Annotated[str, Field(max_length=262_144)]] = Field(default_factory=dict)
+
+
+class Container(_Model):
+    """A core/v1 Container: name and image typed, every other field passed through.
+
+    The API server validates the rest when the operator creates the pod; the
+    schema keeps it (``x-kubernetes-preserve-unknown-fields``) instead of
+    copying the ~3,000-line Container schema into the CRD.
+    """
+
+    model_config = ConfigDict(
+        extra="allow", json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    image: str = Field(min_length=1, max_length=512, pattern=IMAGE)
+
+
+# The same rules as rlix.core.validation.template_errors, for a cluster
+# without the webhook: the API server names the field too.
+_POD_SPEC_RULES: Final[list[Any]] = [
+    {
+        "rule": f"!has(self.schedulerName) || self.schedulerName == '{SCHEDULER}'",
+        "message": f"must be {SCHEDULER} or unset: RLix places the job's pods",
+        "fieldPath": ".schedulerName",
+    },
+    {
+        "rule": "!has(self.restartPolicy) || self.restartPolicy == 'Never'",
+        "message": "must be Never or unset: RLix restarts failed pods",
+        "fieldPath": ".restartPolicy",
+    },
+    *[
+        {
+            "rule": f"!has(self.{owned})",
+            "message": f"must be unset: RLix sets {owned}",
+            "fieldPath": f".{owned}",
+        }
+        for owned in ("hostname", "subdomain", "priorityClassName", "priority")
+    ],
+]
+
+
+class PodSpec(_Model):
+    """A core/v1 PodSpec: what RLix reads or owns is typed, the rest passed through.
+
+    ``containers`` is typed because RLix adds its env, socket mount and GPU
+    requests to them; the fields RLix owns (schedulerName, hostname,
+    subdomain, priorityClassName, priority, restartPolicy) are typed so the
+    validation can name them when a template contradicts RLix.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            "x-kubernetes-validations": _POD_SPEC_RULES,
+        },
+    )
+
+    containers: list[Container] = Field(
+        min_length=1,
+        max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    scheduler_name: str | None = Field(default=None, max_length=253)
+    hostname: str | None = Field(default=None, max_length=63)
+    subdomain: str | None = Field(default=None, max_length=63)
+    priority_class_name: str | None = Field(default=None, max_length=253)
+    priority: int | None = None
+    restart_policy: str | None = Field(default=None, max_length=16)
+
+    def body(self) -> dict[str, Any]:
+        """The spec as the API server would store it (camelCase, extras kept)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class PodTemplate(_Model):
+    """A core/v1 PodTemplateSpec, as JobSet, KubeRay and Kueue's integrations take it."""
+
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata)
+    spec: PodSpec
+
+
 class Role(_Model):
-    """One kind of pod in the job, e.g. the policy trainer or the rollout workers."""
+    """One kind of pod in the job, e.g. the policy trainer or the rollout workers.
+
+    Its pods come from ``template`` (a full pod template) or from the short
+    form ``image``/``command``/``args``/``env``, which stands for a template
+    with one container named ``main``; exactly one of the two.
+    """
 
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.image) != has(self.template)",
+                    "message": "set exactly one of image (the short form) and template",
+                    "fieldPath": ".image",
+                },
+                {
+                    "rule": "!has(self.template) || "
+                    "(!has(self.command) && !has(self.args) && !has(self.env))",
+                    "message": "command, args and env belong in the template's containers "
+                    "when a template is given",
+                    "fieldPath": ".template",
+                },
                 {
                     "rule": "self.gpusPerReplica > 0 || !has(self.gpuMemoryMiB)",
                     "message": "gpuMemoryMiB needs gpusPerReplica > 0",
@@ -147,7 +260,8 @@ class Role(_Model):
     kind: RoleKind
     replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     gpus_per_replica: int = Field(default=1, ge=0, le=MAX_GPUS_PER_REPLICA)
-    image: str = Field(min_length=1, max_length=512, pattern=IMAGE)
+    image: str | None = Field(default=None, min_length=1, max_length=512, pattern=IMAGE)
+    template: PodTemplate | None = None
     command: list[Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=list, max_length=64
     )
@@ -162,6 +276,19 @@ class Role(_Model):
     @property
     def gpus(self) -> int:
         return self.replicas * self.gpus_per_replica
+
+    def pod_template(self) -> PodTemplate:
+        """The role's template; the short form becomes one container named ``main``."""
+        if self.template is not None:
+            return self.template
+        container: dict[str, Any] = {"name": SHORT_FORM_CONTAINER, "image": self.image or ""}
+        if self.command:
+            container["command"] = list(self.command)
+        if self.args:
+            container["args"] = list(self.args)
+        if self.env:
+            container["env"] = [{"name": e.name, "value": e.value} for e in self.env]
+        return PodTemplate(spec=PodSpec.model_validate({"containers": [container]}))
 
 
 class RLJobSpec(_Model):
@@ -227,6 +354,8 @@ class RLJobSpec(_Model):
 CONDITION_ADMITTED: Final = "Admitted"
 CONDITION_RUNNING: Final = "Running"
 CONDITION_FAILED: Final = "Failed"
+# True once the trainer finished: `kubectl wait --for=condition=Succeeded rlj/NAME`.
+CONDITION_SUCCEEDED: Final = "Succeeded"
 
 
 class ConditionStatus(enum.StrEnum):
@@ -263,6 +392,13 @@ class RLJobStatus(_Model):
 
     observed_generation: int | None = Field(default=None, ge=0)
     state: JobState | None = None
+    reason: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=_REASON,
+        description="Why the job is in its state (the reason of its latest condition); "
+        "the printer column Reason.",
+    )
     phase: Phase | None = Field(default=None, description="The trainer's current phase.")
     phase_since: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     gpus: int | None = Field(default=None, ge=0)

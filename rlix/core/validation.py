@@ -18,7 +18,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlix.core.rljob import DNS_LABEL, JOB_NAME_MAX_LENGTH, Algorithm, RLJob, RLJobSpec, RoleKind
+from rlix.core import names
+from rlix.core.rljob import (
+    DNS_LABEL,
+    JOB_NAME_MAX_LENGTH,
+    Algorithm,
+    PodTemplate,
+    RLJob,
+    RLJobSpec,
+    RoleKind,
+)
 from rlix.core.snapshot import ClusterSnapshot
 
 
@@ -86,6 +95,101 @@ def spec_errors(spec: RLJobSpec) -> list[FieldError]:
             errors.append(FieldError(f"{where}.gpuMemoryMiB", "needs gpusPerReplica > 0"))
         if spec.algorithm is Algorithm.GRPO and role.kind is RoleKind.CRITIC:
             errors.append(FieldError(f"{where}.kind", "GRPO has no critic; use algorithm PPO"))
+        if (role.image is None) == (role.template is None):
+            errors.append(
+                FieldError(f"{where}.image", "set exactly one of image (short form) and template")
+            )
+        if role.template is not None:
+            if role.command or role.args or role.env:
+                errors.append(
+                    FieldError(
+                        f"{where}.template",
+                        "command, args and env belong in the template's containers "
+                        "when a template is given",
+                    )
+                )
+            errors += template_errors(role.template, f"{where}.template")
+    return errors
+
+
+# What RLix sets on every role pod, and where the RLJob says it instead.
+_OWNED_POD_FIELDS = {
+    "hostname": "RLix sets it to <job>-<role>-<index>",
+    "subdomain": "RLix sets it to the job's headless Service (the job's name)",
+    "priorityClassName": "RLix sets it from the RLJob's spec.priority",
+    "priority": "RLix sets it from the RLJob's spec.priority (through its PriorityClass)",
+}
+
+
+def template_errors(template: PodTemplate, where: str) -> list[FieldError]:
+    """Where a role's pod template contradicts what RLix owns on the pod.
+
+    RLix adds its scheduler, labels, annotations, env, GPU requests and the
+    agent socket; a template that sets one of them differently would either be
+    overwritten silently or break scheduling, so it is refused by name.
+    """
+    errors: list[FieldError] = []
+    prefix = f"{names.GROUP}/"
+    for kind, found in (
+        ("labels", template.metadata.labels),
+        ("annotations", template.metadata.annotations),
+    ):
+        for key in sorted(k for k in found if k.startswith(prefix)):
+            errors.append(
+                FieldError(f"{where}.metadata.{kind}[{key}]", f"the {prefix} prefix is RLix's own")
+            )
+    spec = template.spec
+    if spec.scheduler_name not in (None, names.SCHEDULER_NAME):
+        errors.append(
+            FieldError(
+                f"{where}.spec.schedulerName",
+                f"must be {names.SCHEDULER_NAME} or unset: RLix places the job's pods",
+            )
+        )
+    if spec.restart_policy not in (None, "Never"):
+        errors.append(
+            FieldError(
+                f"{where}.spec.restartPolicy",
+                "must be Never or unset: RLix restarts failed pods (spec.backoffLimit)",
+            )
+        )
+    body = spec.body()
+    for field, why in _OWNED_POD_FIELDS.items():
+        if field in body:
+            errors.append(FieldError(f"{where}.spec.{field}", f"must be unset: {why}"))
+    for volume in body.get("volumes") or []:
+        if isinstance(volume, dict) and volume.get("name") == names.AGENT_SOCKET_VOLUME:
+            errors.append(
+                FieldError(
+                    f"{where}.spec.volumes[{names.AGENT_SOCKET_VOLUME}]",
+                    "this volume name is RLix's (the node agent's socket)",
+                )
+            )
+    for i, container in enumerate(body["containers"]):
+        errors += _container_errors(container, f"{where}.spec.containers[{i}]")
+    return errors
+
+
+def _container_errors(container: dict[str, Any], where: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for j, var in enumerate(container.get("env") or []):
+        if isinstance(var, dict) and var.get("name") in names.OWNED_ENV:
+            errors.append(
+                FieldError(
+                    f"{where}.env[{j}].name",
+                    f"{var['name']} is set by RLix (docs/rljob.md, Environment)",
+                )
+            )
+    resources = container.get("resources") or {}
+    for kind in ("limits", "requests"):
+        found = resources.get(kind) if isinstance(resources, dict) else None
+        if isinstance(found, dict) and names.GPU_RESOURCE in found:
+            errors.append(
+                FieldError(
+                    f"{where}.resources.{kind}[{names.GPU_RESOURCE}]",
+                    "RLix requests GPUs from the role's gpusPerReplica; set that instead",
+                )
+            )
     return errors
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from rlix.core import names
 from rlix.core.validation import Capacity
 from rlix.operator import webhook
 from rlix.operator.admitting import Admitter
+from rlix.operator.dry_runs import template_errors
 from rlix.operator.loop import run_loop
 from rlix.operator.reconciling import Reconciler
 from rlix.operator.snapshots import build_snapshot
@@ -48,6 +49,13 @@ class Runtime:
 
     def capacity(self) -> Capacity | None:
         return Capacity.of(build_snapshot(self.store.nodes.values(), ()))
+
+    async def dry_run(self, manifest: Mapping[str, Any]) -> list[str]:
+        """The API server's verdict on the manifest's pod templates (webhook)."""
+        reconciler = self.reconciler
+        return await template_errors(
+            reconciler.kube, manifest, agent_socket_dir=reconciler.agent_socket_dir
+        )
 
 
 def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
@@ -103,5 +111,5 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             store.put_node(dict(body))
 
     if runtime.options.webhook_server is not None:
-        webhook.register(registry, runtime.capacity)
+        webhook.register(registry, runtime.capacity, runtime.dry_run)
     return registry

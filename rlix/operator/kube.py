@@ -97,28 +97,48 @@ class Kube:
         call = functools.partial(self._request_sync, method, path, body, content_type)
         return await loop.run_in_executor(self._pool, call)
 
-    async def create_pod(self, body: Mapping[str, Any]) -> bool:
-        """Create the pod; False when it already exists (a restart re-creating it).
+    async def create(self, path: str, body: Mapping[str, Any]) -> bool:
+        """POST ``body`` to the collection ``path``; False when the name already exists.
 
         Any other refusal (422 invalid, 403 quota or policy) raises ``KubeError``
         for the reconciler to report on the job.
         """
-        namespace = body["metadata"]["namespace"]
         try:
-            await self._request("POST", f"/api/v1/namespaces/{namespace}/pods", dict(body))
+            await self._request("POST", path, dict(body))
         except KubeError as exc:
             if exc.status == 409:
                 return False
             raise
         return True
 
-    async def delete_pod(self, namespace: str, name: str) -> None:
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    async def delete(self, path: str) -> None:
+        """DELETE one object now; already gone is done."""
         try:
             await self._request("DELETE", path, {"gracePeriodSeconds": 0})
         except KubeError as exc:
             if exc.status != 404:
                 raise
+
+    async def create_pod(self, body: Mapping[str, Any]) -> bool:
+        """Create the pod; False when it already exists (a restart re-creating it)."""
+        namespace = body["metadata"]["namespace"]
+        return await self.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        await self.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    async def create_service(self, body: Mapping[str, Any]) -> bool:
+        namespace = body["metadata"]["namespace"]
+        return await self.create(f"/api/v1/namespaces/{namespace}/services", body)
+
+    async def get_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.get(f"/api/v1/namespaces/{namespace}/services/{name}")
+
+    async def delete_service(self, namespace: str, name: str) -> None:
+        await self.delete(f"/api/v1/namespaces/{namespace}/services/{name}")
+
+    async def create_priority_class(self, body: Mapping[str, Any]) -> bool:
+        return await self.create("/apis/scheduling.k8s.io/v1/priorityclasses", body)
 
     async def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import kopf
 
+from rlix.core import names
 from rlix.operator import webhook
 from rlix.operator.admitting import DEFAULT_WINDOW, Admitter
 from rlix.operator.certificates import make_certificates
@@ -85,6 +86,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="namespace of the admission ledger ConfigMap (rlix-admission-ledger); every "
         "operator of one cluster must name the same one (default %(default)s)",
     )
+    parser.add_argument(
+        "--agent-socket-dir",
+        default=names.AGENT_SOCKET_DIR,
+        help="host directory the node agent serves its socket in; mounted into every "
+        "role pod, which gets RLIX_AGENT_SOCKET=<dir>/agent.sock (the chart passes "
+        "nodeAgent.socketDir; default %(default)s)",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -139,7 +147,14 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         namespaces=tuple(args.namespace),
     )
     reconciler = Reconciler(
-        store, kube, recorder, admitter, metrics, clock, backoff_base_s=args.backoff_base_seconds
+        store,
+        kube,
+        recorder,
+        admitter,
+        metrics,
+        clock,
+        backoff_base_s=args.backoff_base_seconds,
+        agent_socket_dir=args.agent_socket_dir,
     )
     return Runtime(store, admitter, reconciler, _webhook(args, kube))
 

@@ -14,13 +14,13 @@ from typing import Any
 from rlix.core import names
 from rlix.core.rljob import RLJob, Role, RoleKind
 from rlix.core.snapshot import Workload
+from rlix.operator.peers import owner_reference, peer_env, service_name
 
-LABEL_INDEX = f"{names.GROUP}/replica-index"
+LABEL_INDEX = names.LABEL_REPLICA_INDEX
 # Where admission planned the pod. The scheduler may bind it elsewhere; until it
 # binds, the reservation is what keeps the next admission pass from promising
 # the same GPUs twice (also after an operator restart).
 ANNOTATION_ADMITTED_NODE = names.ANNOTATION_ADMITTED_NODE
-CONTAINER = "main"
 
 
 def pod_name(job: str, role: str, index: int) -> str:
@@ -52,12 +52,63 @@ def _memory_annotation(role: Role) -> str | None:
     return json.dumps({p.value: mib for p, mib in role.gpu_memory.by_phase().items()})
 
 
-def build_pod(
-    job: RLJob, role: Role, index: int, *, owner_uid: str, admitted_node: str | None = None
+def priority_class_name(job: RLJob) -> str:
+    """The PriorityClass whose value is the job's priority (docs/rljob.md, "Priority")."""
+    return f"{names.PRIORITY_CLASS_PREFIX}{job.spec.priority}"
+
+
+def build_priority_class(priority: int) -> dict[str, Any]:
+    """The PriorityClass for one RLJob priority value; the operator creates it if absent."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": f"{names.PRIORITY_CLASS_PREFIX}{priority}",
+            "labels": {"app.kubernetes.io/managed-by": "rlix-operator"},
+        },
+        "value": priority,
+        "globalDefault": False,
+        "description": f"Pods of RLJobs with spec.priority {priority} (created by RLix).",
+    }
+
+
+def _with_rlix(
+    container: dict[str, Any], env: list[dict[str, str]], socket_dir: str, gpus: int, first: bool
 ) -> dict[str, Any]:
-    """The Pod object for replica ``index`` of ``role``."""
+    """One template container plus what RLix owns: env, the agent socket, GPUs."""
+    out = dict(container)
+    out["env"] = [*env, *(container.get("env") or [])]
+    mount = {"name": names.AGENT_SOCKET_VOLUME, "mountPath": socket_dir, "readOnly": True}
+    out["volumeMounts"] = [*(container.get("volumeMounts") or []), mount]
+    if first and gpus:
+        # The first container is the role's worker; sidecars get no GPUs.
+        resources = dict(container.get("resources") or {})
+        count = str(gpus)
+        resources["limits"] = {**(resources.get("limits") or {}), names.GPU_RESOURCE: count}
+        resources["requests"] = {**(resources.get("requests") or {}), names.GPU_RESOURCE: count}
+        out["resources"] = resources
+    return out
+
+
+def build_pod(
+    job: RLJob,
+    role: Role,
+    index: int,
+    *,
+    owner_uid: str,
+    admitted_node: str | None = None,
+    agent_socket_dir: str = names.AGENT_SOCKET_DIR,
+) -> dict[str, Any]:
+    """The Pod for replica ``index`` of ``role``: the role's template plus what RLix owns.
+
+    The template was checked against RLix's fields (``rlix.core.validation``),
+    so nothing here overwrites a value the user set; the user's own labels,
+    annotations, env and volumes come through unchanged.
+    """
     name = pod_name(job.name, role.name, index)
+    template = role.pod_template()
     annotations = {
+        **template.metadata.annotations,
         names.ANNOTATION_PRIORITY: str(job.spec.priority),
         names.ANNOTATION_GANG_SIZE: str(gang_size(job)),
     }
@@ -66,24 +117,33 @@ def build_pod(
     memory = _memory_annotation(role)
     if memory is not None:
         annotations[names.ANNOTATION_GPU_MEMORY_MIB] = memory
-    env = [
-        {"name": "RLIX_JOB", "value": job.name},
-        {"name": "RLIX_ROLE", "value": role.name},
-        {"name": "RLIX_REPLICA_INDEX", "value": str(index)},
-        {"name": "RLIX_REPLICAS", "value": str(role.replicas)},
-        *({"name": e.name, "value": e.value} for e in role.env),
+    socket = f"{agent_socket_dir.rstrip('/')}/{names.AGENT_SOCKET_FILE}"
+    env = peer_env(job, role, index, socket_path=socket)
+    spec = template.spec.body()
+    spec["containers"] = [
+        _with_rlix(c, env, agent_socket_dir, role.gpus_per_replica, i == 0)
+        for i, c in enumerate(spec["containers"])
     ]
-    container: dict[str, Any] = {"name": CONTAINER, "image": role.image, "env": env}
-    if role.command:
-        container["command"] = list(role.command)
-    if role.args:
-        container["args"] = list(role.args)
+    # The socket only: the directory the agent serves in, nothing else of the host.
+    socket_volume = {
+        "name": names.AGENT_SOCKET_VOLUME,
+        "hostPath": {"path": agent_socket_dir, "type": "DirectoryOrCreate"},
+    }
+    spec["volumes"] = [*(spec.get("volumes") or []), socket_volume]
     if role.gpus_per_replica:
-        gpus = str(role.gpus_per_replica)
-        container["resources"] = {
-            "limits": {names.GPU_RESOURCE: gpus},
-            "requests": {names.GPU_RESOURCE: gpus},
-        }
+        tolerations = list(spec.get("tolerations") or [])
+        if names.GPU_TOLERATION not in tolerations:
+            tolerations.append(dict(names.GPU_TOLERATION))
+        spec["tolerations"] = tolerations
+    spec.update(
+        schedulerName=names.SCHEDULER_NAME,
+        # The operator restarts failed pods itself, with backoff and a limit
+        # counted per job; a kubelet restart loop would hide failures from it.
+        restartPolicy="Never",
+        hostname=name,
+        subdomain=service_name(job),
+        priorityClassName=priority_class_name(job),
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -91,31 +151,16 @@ def build_pod(
             "name": name,
             "namespace": job.namespace,
             "labels": {
+                **template.metadata.labels,
                 names.LABEL_JOB: job.name,
                 names.LABEL_ROLE: role.name,
                 LABEL_INDEX: str(index),
                 names.LABEL_PREEMPTIBLE: "true" if preemptible(job, role) else "false",
             },
             "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": names.API_VERSION,
-                    "kind": names.KIND,
-                    "name": job.name,
-                    "uid": owner_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_reference(job, owner_uid)],
         },
-        "spec": {
-            "schedulerName": names.SCHEDULER_NAME,
-            # The operator restarts failed pods itself, with backoff and a limit
-            # counted per job; a kubelet restart loop would hide failures from it.
-            "restartPolicy": "Never",
-            "hostname": name,
-            "containers": [container],
-        },
+        "spec": spec,
     }
 
 

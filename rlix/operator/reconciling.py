@@ -21,9 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from rlix.core import names
 from rlix.core.rljob import (
     CONDITION_FAILED,
     CONDITION_RUNNING,
+    CONDITION_SUCCEEDED,
     ConditionStatus,
     JobState,
     RLJob,
@@ -36,14 +38,13 @@ from rlix.operator.admitting import Admitter
 from rlix.operator.kube import Kube, KubeError
 from rlix.operator.metrics import Metrics
 from rlix.operator.pods import build_pod, desired_pod_names
+from rlix.operator.prerequisites import PERMANENT, Prerequisites, Refusal
 from rlix.operator.recording import Recorder
 from rlix.operator.statuses import PodView, observe, running_state, with_condition
 from rlix.operator.store import Body, Store
 
 ACTIVE = (JobState.ADMITTED, JobState.RUNNING)
 FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
-# Pod refusals that no retry can change: the job fails and its capacity is freed.
-PERMANENT = (400, 422)
 
 
 def owned_by(body: Body, uid: str) -> bool:
@@ -66,8 +67,13 @@ class Reconciler:
     metrics: Metrics
     clock: Callable[[], datetime]
     backoff_base_s: float = 1.0
+    agent_socket_dir: str = names.AGENT_SOCKET_DIR
+    _prerequisites: Prerequisites = field(init=False)
     _not_before: dict[str, float] = field(default_factory=dict)  # pod -> monotonic
     _failures_seen: set[str] = field(default_factory=set)  # pod uids counted already
+
+    def __post_init__(self) -> None:
+        self._prerequisites = Prerequisites(self.kube, self.recorder)
 
     def due(self) -> list[str]:
         """Jobs with a pod whose backoff has just expired."""
@@ -120,9 +126,13 @@ class Reconciler:
         if restarts > job.spec.backoff_limit:
             await self._fail(job, restarts, "BackoffLimitExceeded")
             return
-        refusal = await self._create_missing(job, desired, pods)
-        if refusal is not None and refusal.status in PERMANENT:
-            await self._fail(job, restarts, "PodRejected", _refusal_text(refusal))
+        refusal = await self._prerequisites.ensure(job)
+        if refusal is None:
+            refusal = await self._create_missing(job, desired, pods)
+        if refusal is not None and refusal.permanent:
+            # An invalid template, pod or Service name: no retry can fix it, so
+            # the job fails and what admission reserved for it is released.
+            await self._fail(job, restarts, refusal.reason, refusal.message)
             return
         views = [PodView.of(b) for b in pods.values()]
         new = observe(status, job.spec, views, now)
@@ -141,10 +151,12 @@ class Reconciler:
         bound = sum(1 for v in views if v.node)
         message = f"{running}/{len(desired)} pods running, {bound} bound to nodes"
         reason = "AllPodsRunning" if state is JobState.RUNNING else "PodsStarting"
-        if refusal is not None:
+        if state is JobState.SUCCEEDED:
+            reason, message = "Succeeded", "the trainer finished"
+        elif refusal is not None:
             # Quota or policy: the admitted capacity stays promised (raising the
             # quota lets the job start), and the job says why it does not.
-            reason, message = "PodCreationRefused", _refusal_text(refusal)
+            reason, message = refusal.reason, refusal.message
             old = status.condition(CONDITION_RUNNING)
             if old is None or old.reason != reason:
                 await self.recorder.event(job.key, "Warning", reason, message)
@@ -159,6 +171,15 @@ class Reconciler:
         )
         finishing = state is JobState.SUCCEEDED and status.state is not JobState.SUCCEEDED
         if finishing:
+            new = with_condition(
+                new,
+                CONDITION_SUCCEEDED,
+                ConditionStatus.TRUE,
+                "TrainerSucceeded",
+                "every trainer pod finished successfully",
+                now=now,
+                generation=job.metadata.get("generation"),
+            )
             # Delete first, mark second: a crash in between leaves a job that
             # is still active and is finished again, never a finished job
             # whose pods hold GPUs.
@@ -213,7 +234,7 @@ class Reconciler:
 
     async def _create_missing(
         self, job: RLJob, desired: dict[str, tuple[Role, int]], pods: dict[str, Body]
-    ) -> KubeError | None:
+    ) -> Refusal | None:
         """Create the pods that do not exist; the first refusal, if the API refused one."""
         uid = str(job.metadata.get("uid", ""))
         now = time.monotonic()
@@ -225,7 +246,12 @@ class Reconciler:
             place = self.admitter.reservation(job.key, f"{job.namespace}/{name}")
             todo.append(
                 build_pod(
-                    job, role, index, owner_uid=uid, admitted_node=place.node if place else None
+                    job,
+                    role,
+                    index,
+                    owner_uid=uid,
+                    admitted_node=place.node if place else None,
+                    agent_socket_dir=self.agent_socket_dir,
                 )
             )
         if not todo:
@@ -243,7 +269,10 @@ class Reconciler:
             await self.recorder.event(
                 job.key, "Normal", "CreatedPods", f"created {count} of {len(desired)} pods"
             )
-        return refusals[0] if refusals else None
+        if not refusals:
+            return None
+        reason = "PodRejected" if refusals[0].status in PERMANENT else "PodCreationRefused"
+        return Refusal.of(refusals[0], "a pod", reason)
 
     async def _fail(self, job: RLJob, restarts: int, reason: str, message: str = "") -> None:
         message = message or f"{restarts} pod failures, over backoffLimit {job.spec.backoff_limit}"
@@ -283,8 +312,3 @@ class Reconciler:
 def _is_trainer(job: RLJob, role: str) -> bool:
     spec_role = job.spec.role(role)
     return spec_role is not None and spec_role.kind is RoleKind.TRAINER
-
-
-def _refusal_text(error: KubeError) -> str:
-    """The API server's own message (it names the field, quota or policy)."""
-    return f"the API server refused a pod (HTTP {error.status}): {error.message}"

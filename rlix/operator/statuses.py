@@ -143,7 +143,11 @@ def with_condition(
     now: datetime,
     generation: int | None,
 ) -> RLJobStatus:
-    """Set one condition, keeping lastTransitionTime unless its status flips."""
+    """Set one condition, keeping lastTransitionTime unless its status flips.
+
+    Its reason becomes the job's ``status.reason`` (the printer column): the
+    condition written last is the one that says why the job is as it is.
+    """
     old = status.condition(type_)
     changed = old is None or old.status != value
     condition = Condition(
@@ -155,7 +159,7 @@ def with_condition(
         observed_generation=generation,
     )
     others = [c for c in status.conditions if c.type != type_]
-    return status.model_copy(update={"conditions": [*others, condition]})
+    return status.model_copy(update={"conditions": [*others, condition], "reason": reason})
 
 
 def status_body(status: RLJobStatus) -> dict[str, Any]:

@@ -15,13 +15,16 @@ checks that need the cluster (``rlix.core.validation.capacity_errors``: more
 GPUs per replica than any node has, more memory than any GPU, more GPUs than
 the cluster): the operator runs the same checks at admission, so such a job is
 accepted but then held with ``Admitted=False``, reason ``NeverFits``, and a
-Warning event, instead of being refused at apply time.
+Warning event, instead of being refused at apply time. The same holds for
+the dry run of each role's pod template (``rlix.operator.dry_runs``): skipped,
+an invalid template is refused when the operator creates the pods instead, and
+the job fails with ``PodRejected``.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -81,7 +84,14 @@ def review(
     return [str(e) for e in validate_manifest(manifest, capacity)]
 
 
-def register(registry: kopf.OperatorRegistry, capacity: Callable[[], Capacity | None]) -> None:
+DryRun = Callable[[Mapping[str, Any]], Awaitable[list[str]]]
+
+
+def register(
+    registry: kopf.OperatorRegistry,
+    capacity: Callable[[], Capacity | None],
+    dry_run: DryRun | None = None,
+) -> None:
     @kopf.on.validate(
         names.GROUP,
         names.VERSION,
@@ -93,5 +103,11 @@ def register(registry: kopf.OperatorRegistry, capacity: Callable[[], Capacity | 
     )
     async def validate_rljob(body: kopf.Body, old: kopf.Body | None = None, **_: Any) -> None:
         errors = review(body, old, capacity())
+        if (
+            not errors
+            and dry_run is not None
+            and (old is None or old.get("spec") != body.get("spec"))
+        ):
+            errors = await dry_run({k: body[k] for k in _MANIFEST_KEYS if k in body})
         if errors:
             raise kopf.AdmissionError("; ".join(errors), code=422)

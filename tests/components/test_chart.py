@@ -86,3 +86,21 @@ def test_chart_renders_valid_yaml(values: list[str]) -> None:
     ]
     if "global.imageRegistry=r.example" in values:
         assert all(i.startswith("r.example/") for i in images), images
+
+
+def test_operator_mounts_the_socket_dir_the_agent_serves_in() -> None:
+    """One value (nodeAgent.socketDir) for the agent's --socket and the operator's mount."""
+    result = _helm(
+        "template", "t", str(CHART), "--kube-version", "1.35.4",
+        "--set", "nodeAgent.socketDir=/var/run/rlix-test",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+
+    def args_of(kind: str, name: str) -> list[str]:
+        (found,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+        (container,) = found["spec"]["template"]["spec"]["containers"]
+        return list(container["args"])
+
+    assert "--socket=/var/run/rlix-test/agent.sock" in args_of("DaemonSet", "t-rlix-node-agent")
+    assert "--agent-socket-dir=/var/run/rlix-test" in args_of("Deployment", "t-rlix-operator")

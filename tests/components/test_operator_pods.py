@@ -81,7 +81,7 @@ def test_cpu_role_requests_no_gpu_and_declares_no_memory() -> None:
     job = RLJob.model_validate(raw)
     reward = job.spec.roles[1]
     pod = build_pod(job, reward, 0, owner_uid="u")
-    assert "resources" not in pod["spec"]["containers"][0]
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "4", "memory": "8Gi"}}
     assert names.ANNOTATION_GPU_MEMORY_MIB not in pod["metadata"]["annotations"]
 
 
@@ -102,3 +102,84 @@ def test_the_built_pod_reads_back_as_the_planned_workload() -> None:
         assert seen.memory_mib == want.memory_mib
         assert seen.preemptible == want.preemptible and seen.gang_size == want.gang_size
     assert planned["team-a/ppo-llama-helpful-critic-0"].memory_mib[Phase.TRAINING] == 70000
+
+
+def grpo() -> RLJob:
+    raw = yaml.safe_load((EXAMPLES / "grpo-trl.yaml").read_text())
+    raw["metadata"].update(namespace="team-a", uid="uid-1")
+    return RLJob.model_validate(raw)
+
+
+def test_template_pod_keeps_the_users_fields_and_adds_rlixs() -> None:
+    job = grpo()
+    policy = job.spec.roles[0]
+    pod = build_pod(job, policy, 0, owner_uid="uid-1", agent_socket_dir="/var/run/rlix")
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["labels"]["team"] == "math" and meta["labels"][names.LABEL_ROLE] == "policy"
+    assert spec["nodeSelector"] == {names.NODE_LABEL_GPU_PRODUCT: "NVIDIA-H100-80GB-HBM3"}
+    (container,) = spec["containers"]
+    assert container["name"] == "trainer" and container["image"] == "huggingface/trl:0.19.0"
+    assert container["resources"]["requests"] == {
+        "cpu": "16",
+        "memory": "128Gi",
+        names.GPU_RESOURCE: "4",
+    }
+    assert container["resources"]["limits"] == {names.GPU_RESOURCE: "4"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes[names.AGENT_SOCKET_VOLUME]["hostPath"]["path"] == "/var/run/rlix"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["shm"]["mountPath"] == "/dev/shm"
+    assert mounts[names.AGENT_SOCKET_VOLUME] == {
+        "name": names.AGENT_SOCKET_VOLUME,
+        "mountPath": "/var/run/rlix",
+        "readOnly": True,
+    }
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["RLIX_AGENT_SOCKET"] == "/var/run/rlix/agent.sock"
+    assert env["WANDB_PROJECT"] == "grpo-math"  # the user's own env stays
+    assert spec["hostname"] == "grpo-qwen-math-policy-0" and spec["subdomain"] == "grpo-qwen-math"
+    assert spec["priorityClassName"] == "rlix-priority-100"
+    assert spec["tolerations"] == [names.GPU_TOLERATION]
+    # The template itself is not changed by building a pod from it.
+    assert "volumeMounts" in policy.template.spec.containers[0].model_dump(by_alias=True)  # type: ignore[union-attr]
+    assert len(policy.pod_template().spec.body()["volumes"]) == 1
+
+
+def test_short_form_is_one_container_named_main() -> None:
+    job = ppo()
+    pod = build_pod(job, job.spec.roles[0], 0, owner_uid="u")
+    (container,) = pod["spec"]["containers"]
+    assert container["name"] == "main"
+    assert container["command"] == ["python", "-m", "rlhf.ppo_learner"]
+    env = [e["name"] for e in container["env"]]
+    assert env[: len(names.OWNED_ENV)] == list(names.OWNED_ENV)
+    assert env[-1] == "RAY_ADDRESS"  # after RLIX_HEAD_ADDR, so $(RLIX_HEAD_ADDR) expands
+
+
+def test_cpu_role_keeps_its_own_tolerations_and_gets_no_gpu_one() -> None:
+    job = RLJob.model_validate(yaml.safe_load((EXAMPLES / "verl-colocated.yaml").read_text()))
+    pod = build_pod(job, job.spec.roles[1], 0, owner_uid="u")
+    assert pod["spec"]["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "rl", "effect": "NoSchedule"}
+    ]
+
+
+def test_gpu_toleration_is_not_added_twice() -> None:
+    raw = yaml.safe_load((EXAMPLES / "grpo-trl.yaml").read_text())
+    raw["spec"]["roles"][0]["template"]["spec"]["tolerations"] = [dict(names.GPU_TOLERATION)]
+    job = RLJob.model_validate(raw)
+    pod = build_pod(job, job.spec.roles[0], 0, owner_uid="u")
+    assert pod["spec"]["tolerations"] == [names.GPU_TOLERATION]
+
+
+def test_sidecars_get_env_and_socket_but_no_gpus() -> None:
+    raw = yaml.safe_load((EXAMPLES / "grpo-trl.yaml").read_text())
+    containers = raw["spec"]["roles"][0]["template"]["spec"]["containers"]
+    containers.append({"name": "logs", "image": "busybox:1.36"})
+    job = RLJob.model_validate(raw)
+    pod = build_pod(job, job.spec.roles[0], 0, owner_uid="u")
+    sidecar = pod["spec"]["containers"][1]
+    assert "resources" not in sidecar
+    assert any(e["name"] == "RLIX_AGENT_SOCKET" for e in sidecar["env"])
+    assert sidecar["volumeMounts"][0]["name"] == names.AGENT_SOCKET_VOLUME

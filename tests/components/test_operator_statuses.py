@@ -17,6 +17,7 @@ from rlix.operator.statuses import (
     role_phase,
     running_state,
     same_ignoring_times,
+    status_body,
     with_condition,
 )
 
@@ -118,6 +119,17 @@ def test_condition_keeps_its_transition_time_until_status_flips() -> None:
     assert s3.conditions[0].last_transition_time == rfc3339(later)
     assert s3.conditions[0].observed_generation == 2
     assert same_ignoring_times(s2, s2.model_copy()) and not same_ignoring_times(s, s2)
+
+
+def test_the_condition_written_last_gives_the_jobs_reason() -> None:
+    """``status.reason`` feeds the Reason printer column."""
+    s = with_condition(
+        RLJobStatus(), "Admitted", ConditionStatus.FALSE, "NeverFits", "a", now=T0, generation=1
+    )
+    assert s.reason == "NeverFits" and status_body(s)["reason"] == "NeverFits"
+    s = with_condition(s, "Failed", ConditionStatus.TRUE, "PodRejected", "b", now=T0, generation=1)
+    assert s.reason == "PodRejected"
+    assert {c.type for c in s.conditions} == {"Admitted", "Failed"}
 
 
 def test_merge_patch_clears_fields_that_became_empty() -> None:

@@ -10,6 +10,7 @@ from cryptography import x509
 
 from rlix.core.validation import Capacity
 from rlix.operator.certificates import make_certificates
+from rlix.operator.dry_runs import dry_run_pods
 from rlix.operator.reconciling import backoff_s
 from rlix.operator.webhook import review
 
@@ -48,3 +49,22 @@ def test_certificates_chain_to_the_ca_and_name_the_listen_address(tmp_path: Path
 def test_backoff_doubles_and_is_capped() -> None:
     assert [backoff_s(n, base_s=1) for n in (1, 2, 3, 4)] == [1, 2, 4, 8]
     assert backoff_s(30, base_s=1, cap_s=300) == 300
+
+
+def test_dry_run_covers_templated_roles_with_what_exists_before_the_job() -> None:
+    manifest = yaml.safe_load((ROOT / "examples/verl-colocated.yaml").read_text())
+    manifest["metadata"]["namespace"] = "team-a"
+    pods = dry_run_pods(manifest, agent_socket_dir="/run/rlix")
+    # The short-form actor is typed through; only the templated reward role runs.
+    assert [(i, p["metadata"]["name"]) for i, p in pods] == [(1, "verl-gsm8k-reward-0")]
+    (_, pod) = pods[0]
+    assert pod["metadata"]["namespace"] == "team-a"
+    assert "ownerReferences" not in pod["metadata"]  # the job has no UID yet
+    assert "priorityClassName" not in pod["spec"]  # created with the job's first pods
+    assert pod["spec"]["schedulerName"] == "rlix-scheduler"
+
+
+def test_no_dry_run_for_a_manifest_the_rules_already_refuse() -> None:
+    manifest = yaml.safe_load((ROOT / "examples/verl-colocated.yaml").read_text())
+    manifest["spec"]["roles"][1]["template"]["spec"]["hostname"] = "x"
+    assert dry_run_pods(manifest, agent_socket_dir="/run/rlix") == []

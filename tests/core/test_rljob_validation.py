@@ -75,3 +75,52 @@ def test_field_path_renders_like_kubernetes() -> None:
     assert field_path(("spec", "roles", 0, "gpuMemoryMiB", "rollout")) == (
         "spec.roles[0].gpuMemoryMiB.rollout"
     )
+
+
+def _with_template(**spec: object) -> dict[str, object]:
+    manifest = yaml.safe_load((ROOT / "examples" / "grpo-trl.yaml").read_text())
+    manifest["spec"]["roles"][0]["template"]["spec"].update(spec)
+    return manifest
+
+
+def test_every_example_is_valid() -> None:
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        assert validate_manifest(yaml.safe_load(path.read_text()), CAPACITY) == [], path.name
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"schedulerName": "default-scheduler"}, "template.spec.schedulerName"),
+        ({"restartPolicy": "Always"}, "template.spec.restartPolicy"),
+        ({"hostname": "x"}, "template.spec.hostname"),
+        ({"subdomain": "x"}, "template.spec.subdomain"),
+        ({"priorityClassName": "high"}, "template.spec.priorityClassName"),
+        ({"priority": 5}, "template.spec.priority"),
+        ({"volumes": [{"name": "rlix-agent-socket", "emptyDir": {}}]}, "template.spec.volumes"),
+    ],
+)
+def test_template_contradicting_rlix_is_refused_naming_the_field(
+    spec: dict[str, object], field: str
+) -> None:
+    errors = validate_manifest(_with_template(**spec), CAPACITY)
+    assert [e.path for e in errors if e.path.startswith("spec.roles[0]." + field)], errors
+
+
+def test_template_may_name_rlixs_own_scheduler_and_restart_policy() -> None:
+    manifest = _with_template(schedulerName="rlix-scheduler", restartPolicy="Never")
+    assert validate_manifest(manifest, CAPACITY) == []
+
+
+def test_template_labels_in_rlixs_domain_are_refused() -> None:
+    manifest = _with_template()
+    manifest["spec"]["roles"][0]["template"]["metadata"]["labels"]["rlix.io/role"] = "x"
+    (error,) = validate_manifest(manifest, CAPACITY)
+    assert error.path == "spec.roles[0].template.metadata.labels[rlix.io/role]"
+
+
+def test_template_with_short_form_fields_is_refused() -> None:
+    manifest = _with_template()
+    manifest["spec"]["roles"][0]["command"] = ["python"]
+    errors = validate_manifest(manifest, CAPACITY)
+    assert any(e.path == "spec.roles[0].template" and "command" in e.message for e in errors)
