@@ -9,7 +9,7 @@ import pytest
 
 from rlix.core.phases import Phase
 from rlix.core.sim import hardware as hw
-from rlix.core.sim.interference import slowdown
+from rlix.core.sim.interference import ASSUMED
 from rlix.core.sim.workload import JobProfile, JobSpec, profile_for
 
 
@@ -94,8 +94,8 @@ def test_a_rollout_tail_lends_its_gpus_to_a_training_co_runner() -> None:
     # Hand-computed rates for a training job sharing GPUs with the job above.
     p = JobProfile(seven_b(prompts=8, samples=1))
     tail = p.tail_pressure(12000.0)
-    during_bulk = 1 / (1 + 1.0 * slowdown(Phase.TRAINING, Phase.ROLLOUT))
-    during_tail = 1 / (1 + tail * slowdown(Phase.TRAINING, Phase.ROLLOUT))
+    during_bulk = 1 / (1 + 1.0 * ASSUMED.slowdown(Phase.TRAINING, Phase.ROLLOUT))
+    during_tail = 1 / (1 + tail * ASSUMED.slowdown(Phase.TRAINING, Phase.ROLLOUT))
     assert during_bulk == pytest.approx(1 / 1.3)
     assert during_tail > during_bulk
     assert during_tail == pytest.approx(1 / (1 + 0.3 * tail))
