@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
-from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
 from rlix.core.sim.metrics import Recorder, SimResult
 from rlix.core.sim.mixes import Mix
@@ -98,6 +97,7 @@ class Simulation:
         while self.heap and self.done < total:
             t, _, kind, job, version = heapq.heappop(self.heap)
             self.events += 1
+            self.recorder.account(t, bool(self.queue or self.suspended))
             if kind == SAMPLE:
                 self.recorder.sample(t)
                 self._push(t + self.config.sample_s, SAMPLE)
@@ -232,8 +232,7 @@ class Simulation:
             run.timeline = run.profile.timeline(self.config.seed)
         if run.started is None:
             run.started = t
-            weights = run.profile.size.params * 2 / run.spec.gpus
-            run.delay += hw.RESTART_FIXED_S + weights / hw.CHECKPOINT_READ_BYTES_PER_S
+            run.delay += run.profile.first_load_s
         self.started += 1
         self.queue.pop(run.id, None)
         run.placements = placements

@@ -150,3 +150,10 @@ def make_mix(name: str, seed: int = 0, jobs: int | None = None) -> Mix:
     if jobs is not None:
         mix = replace(mix, jobs=mix.jobs[:jobs])
     return mix
+
+
+def closed_batch(mix: Mix) -> Mix:
+    """The same jobs, all submitted at t=0: throughput is then jobs / makespan,
+    set by how much work a scheduler fits, not by when the last job arrived."""
+    jobs = tuple(replace(j, arrival_s=0.0) for j in mix.jobs)
+    return replace(mix, name=f"{mix.name}-closed", jobs=jobs)

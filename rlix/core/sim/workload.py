@@ -225,6 +225,12 @@ class JobProfile:
     def memory_mib(self) -> dict[Phase, int]:
         return {p: hw.mib(b) for p, b in self.memory_bytes.items()}
 
+    @property
+    def first_load_s(self) -> float:
+        """First start: fixed start cost plus reading the bf16 weights from storage."""
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.spec.gpus
+        return hw.RESTART_FIXED_S + weights / hw.CHECKPOINT_READ_BYTES_PER_S
+
     @cached_property
     def checkpoint_bytes_per_gpu(self) -> float:
         return self.size.params * TRAIN_BYTES_PER_PARAM / self.spec.gpus
@@ -289,7 +295,10 @@ class JobProfile:
             durations.extend((bulk_s, tail_s, self.scoring_s, self.training_s))
             durations.append(self.weight_sync_s)
             demands.extend((bulk_d, tail_d, 1.0, 1.0, 1.0))
-            pressures.extend((keep, self.tail_pressure(longest) * keep, 1.0, 1.0, 1.0))
+            # A segment cannot deliver more than its running kernels occupy:
+            # pressure >= demand (the sharing bound in metrics.py relies on it).
+            tail_p = max(self.tail_pressure(longest) * keep, tail_d)
+            pressures.extend((keep, tail_p, 1.0, 1.0, 1.0))
         return Timeline.build(durations, demands, pressures)
 
 
@@ -363,9 +372,18 @@ class Timeline:
     def total_s(self) -> float:
         return self.ends[-1] if self.ends else 0.0
 
-    def busy_gpu_s(self) -> float:
-        """Demand-weighted seconds per GPU (the work an exclusive GPU does)."""
-        return sum(d * w for d, w in zip(self.durations, self.demands, strict=True))
+    def busy_gpu_s(self, skip_network: bool = False) -> float:
+        """Demand-weighted seconds per GPU (the work an exclusive GPU does).
+
+        ``skip_network`` leaves out weight-sync segments: copies overlap with
+        kernels almost freely, so the sharing bound counts only the rest.
+        """
+        sync = SEGMENTS_PER_ITERATION - 1
+        return sum(
+            d * w
+            for i, (d, w) in enumerate(zip(self.durations, self.demands, strict=True))
+            if not (skip_network and i % SEGMENTS_PER_ITERATION == sync)
+        )
 
     def iteration_start(self, iteration: int) -> float:
         return self.ends[iteration * SEGMENTS_PER_ITERATION - 1] if iteration > 0 else 0.0
