@@ -72,10 +72,12 @@ def test_every_scheduler_stays_within_its_bounds(interference: Interference) -> 
         assert result.jobs == 30
         assert limit.exclusive_capacity <= 1.0 < limit.sharing_capacity
         if not scheduler.policy.shares_gpus:
-            assert result.capacity <= limit.exclusive_capacity + 1e-9
-            assert result.closed_per_h <= limit.exclusive_closed_per_h + 1e-9
-        assert result.capacity <= limit.sharing_capacity
-        assert result.closed_per_h <= limit.sharing_closed_per_h
+            assert result.capacity <= limit.exclusive_capacity * (1 + 1e-9)
+            assert result.closed_per_h <= limit.exclusive_closed_per_h * (1 + 1e-9)
+        # 1e-9: the longest job alone can set both bounds, which a run meets
+        # up to float rounding.
+        assert result.capacity <= limit.sharing_capacity * (1 + 1e-9)
+        assert result.closed_per_h <= limit.sharing_closed_per_h * (1 + 1e-9)
         assert result.jct_mean_s >= limit.jct_mean_s
         assert result.top_stretch >= 1.0
         assert sum(result.categories().values()) == pytest.approx(1.0)

@@ -99,3 +99,16 @@ def test_a_rollout_tail_lends_its_gpus_to_a_training_co_runner() -> None:
     assert during_bulk == pytest.approx(1 / 1.3)
     assert during_tail > during_bulk
     assert during_tail == pytest.approx(1 / (1 + 0.3 * tail))
+
+
+def test_decode_steps_shrink_as_the_batch_empties_down_to_the_weight_read() -> None:
+    p = JobProfile(seven_b())
+    weights = p.size.params * 2 / p.size.rollout_tp
+    floor = weights / (hw.H200_HBM_BYTES_PER_S * hw.DECODE_BW_EFFICIENCY)
+    full = p.decode_step_s(1.0, 2000)
+    tail = p.decode_step_s(0.05, 2000)
+    assert floor < tail < full
+    assert p.decode_step_s(0.0, 2000) == pytest.approx(floor)
+    # The tail segment steps faster than the bulk, per token decoded.
+    bulk_s, _, tail_s, _ = p.rollout_segments(12000.0)
+    assert tail_s / (12000.0 - p.bulk_tokens) < bulk_s / p.bulk_tokens
