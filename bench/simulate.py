@@ -63,8 +63,12 @@ class Row:
     label: str
     better: str  # "higher" | "lower"
     value: Callable[[Runs, str], list[float]]  # per seed, for one scheduler
-    bound: Callable[[Bounds], str] | None = None
+    bound: Callable[[Sequence[Bounds]], str] | None = None  # from every seed's bounds
     fmt: str = "{:.2f}"
+
+
+def _med(bs: Sequence[Bounds], f: Callable[[Bounds], float]) -> float:
+    return statistics.median(f(b) for b in bs)
 
 
 def _open(f: Callable[[SimResult], float]) -> Callable[[Runs, str], list[float]]:
@@ -90,20 +94,26 @@ def rows_for(runs: Runs) -> list[Row]:
             "capacity, closed batch (progress / held GPU-s)",
             "higher",
             _closed(lambda r: r.capacity),
-            lambda b: f"excl {b.exclusive_capacity:.2f} / share {b.sharing_capacity:.2f}",
+            lambda bs: (
+                f"excl {_med(bs, lambda b: b.exclusive_capacity):.2f} / "
+                f"share {_med(bs, lambda b: b.sharing_capacity):.2f}"
+            ),
         ),
         Row("capacity, open arrivals", "higher", _open(lambda r: r.capacity)),
         Row(
             "closed-batch throughput (jobs/h)",
             "higher",
             _closed(lambda r: r.closed_per_h),
-            lambda b: f"excl {b.exclusive_closed_per_h:.2f} / share {b.sharing_closed_per_h:.2f}",
+            lambda bs: (
+                f"excl {_med(bs, lambda b: b.exclusive_closed_per_h):.2f} / "
+                f"share {_med(bs, lambda b: b.sharing_closed_per_h):.2f}"
+            ),
         ),
         Row(
             "mean JCT, open (min)",
             "lower",
             _open(lambda r: r.jct_mean_s / 60),
-            lambda b: f">= {b.jct_mean_s / 60:.0f}",
+            lambda bs: f">= {_med(bs, lambda b: b.jct_mean_s) / 60:.0f}",
             "{:.0f}",
         ),
         Row("p95 JCT, open (min)", "lower", _open(lambda r: r.jct_p95_s / 60), None, "{:.0f}"),
@@ -117,7 +127,7 @@ def rows_for(runs: Runs) -> list[Row]:
             f"stretch, top priority ({classes[0]}), open",
             "lower",
             _open(lambda r: r.top_stretch),
-            lambda b: f">= {b.top_stretch:.1f}",
+            lambda bs: f">= {_med(bs, lambda b: b.top_stretch):.1f}",
         )
     )
     for category in first.categories():
@@ -135,6 +145,13 @@ def rows_for(runs: Runs) -> list[Row]:
             "GPU idle % (old measure), open",
             "lower",
             _open(lambda r: 100 * r.gpu_idle),
+            None,
+            "{:.1f}",
+        ),
+        Row(
+            "memory fragmentation % (old measure), open",
+            "lower",
+            _open(lambda r: 100 * r.fragmentation),
             None,
             "{:.1f}",
         ),
@@ -166,7 +183,7 @@ def table(runs: Runs) -> str:
     for row in rows_for(runs):
         per = {n: row.value(runs, n) for n in names}
         cells = [row.label, row.better, *(spread(per[n], row.fmt) for n in names)]
-        cells.append(row.bound(runs.bounds[0]) if row.bound else "-")
+        cells.append(row.bound(runs.bounds) if row.bound else "-")
         medians = {n: statistics.median(per[n]) for n in baselines}
         pick = max if row.better == "higher" else min
         best = pick(medians, key=lambda n: medians[n]) if medians else None
@@ -207,27 +224,34 @@ def _bound_spread(runs: Runs, f: Callable[[Bounds], float]) -> str:
 
 
 def write_mix(
-    mix: str, runs: Runs, seeds: Sequence[int], *, command: str, config: SimConfig, out: Path
+    mix: str,
+    runs: Runs,
+    seeds: Sequence[int],
+    *,
+    command: str,
+    config: SimConfig,
+    out: Path,
+    tag: str = "",
 ) -> str:
     text = table(runs)
     first = next(iter(runs.open.values()))[0]
     speed = "\n".join(f"- {n}: {w:.1f} s" for n, w in runs.wall_s.items())
     doc = (
-        f"# {mix}\n\n{KNOWN[mix][0]}\n\n"
+        f"# {mix}{tag}\n\n{KNOWN[mix][0]}\n\n"
         f"{first.jobs} jobs, {first.gpus} GPUs, seeds {', '.join(map(str, seeds))}; interference "
         f"matrix: {config.interference.name} ({config.interference.source}).\n\n"
         f"Produced by:\n\n    {command}\n\n"
         "Each cell: median over seeds (min-max). Capacity and throughput come from the\n"
         "closed batch (the same jobs all submitted at t=0); JCT, stretch and GPU time\n"
         "from the mix's own arrivals. The ratio column divides RLix's median by the best\n"
-        "baseline's median in the metric's direction. Bounds (first seed; over seeds:\n"
+        "baseline's median in the metric's direction. Bounds: median over seeds (spread:\n"
         f"exclusive capacity {_bound_spread(runs, lambda b: b.exclusive_capacity)}, sharing "
         f"capacity {_bound_spread(runs, lambda b: b.sharing_capacity)}, kappa "
         f"{_bound_spread(runs, lambda b: b.kappa)}) are proved in docs/simulator.md.\n\n"
         f"{text}\n\nWall time, all seeds, open + closed (this machine, shared 2 cores):\n\n"
         f"{speed}\n\nDefinitions and caveats: docs/simulator.md.\n"
     )
-    (out / f"{mix}.md").write_text(doc, encoding="utf-8")
+    (out / f"{mix}{tag}.md").write_text(doc, encoding="utf-8")
     payload: dict[str, Any] = {
         "command": command,
         "interference": config.interference.name,
@@ -238,7 +262,9 @@ def write_mix(
             for kind in ("open", "closed")
         },
     }
-    (out / f"{mix}.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    (out / f"{mix}{tag}.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    if tag:
+        return f"## {mix}{tag}\n\n{text}\n"  # a sensitivity run: the plots stay the default's
     try:
         plot(mix, [rs[0] for rs in runs.open.values()], out)
     except ImportError:  # matplotlib comes with the [bench] extra only
@@ -402,13 +428,20 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     command = shlex.join([".venv/bin/python", "bench/simulate.py", *(argv or sys.argv[1:])])
     print(f"$ {command}")
+    # A non-default matrix or preallocation writes <mix>-<tag>.md beside the
+    # default tables instead of replacing them.
+    tag = "".join(
+        [f"-{matrix.name}" if args.interference else "",
+         f"-gmu{args.gpu_memory_utilization:g}" if args.gpu_memory_utilization else ""]
+    )  # fmt: skip
     done: dict[str, Runs] = {}
     for mix in args.mix or DEFAULT_MIXES:
         runs = run_mix(mix, args.seeds, config, list(SCHEDULERS), args.gpu_memory_utilization)
         done[mix] = runs
-        text = write_mix(mix, runs, args.seeds, command=command, config=config, out=args.out)
+        text = write_mix(mix, runs, args.seeds, command=command, config=config, out=args.out,
+                         tag=tag)  # fmt: skip
         print(text, flush=True)
-    if not args.no_compare:
+    if not args.no_compare and not tag:
         others = [m for m in (ASSUMED, DEFAULT) if m.cells != matrix.cells]
         print(
             compare_interference(done, args.seeds, others, base=config, out=args.out,
