@@ -77,10 +77,6 @@ class Interference:
         """``slowdown`` for every pair of phases, precomputed for the event loop."""
         return {a: {b: self.slowdown(a, b) for b in Phase} for a in Phase}
 
-    def smallest(self) -> float:
-        """The smallest coefficient: what the sharing bound (metrics.sharing_bound) uses."""
-        return min(value for _, _, value in self.cells)
-
     def combined(self, a: Shape, b: Shape) -> float:
         """Progress of two full-pressure co-runners together (2.0 = no interference)."""
         return 1.0 / (1.0 + self.shapes(a, b)) + 1.0 / (1.0 + self.shapes(b, a))
