@@ -1,11 +1,18 @@
-"""`make bench`: every workload mix under every scheduler -> tables, JSON and plots.
+"""`make bench`: every workload mix under every scheduler, over several seeds -> tables.
 
-Writes bench/results/<mix>.md (the table, the exact command, simulator speed),
-<mix>.json (every metric and JCT), <mix>-utilization.png and <mix>-jct-cdf.png.
-Matplotlib (Agg) is used here only, never in rlix.core.
+For each mix and seed it runs every scheduler twice: on the mix as it arrives
+(open: JCT, stretch, GPU time by category) and on the same jobs all submitted
+at t=0 (closed batch: throughput = jobs / makespan, and capacity). Every cell
+is the median over seeds with the min-max spread; the bound columns are the
+provable limits of rlix.core.sim.metrics.bounds. Writes bench/results/<mix>.md
+and <mix>.json, <mix>-utilization.png and <mix>-jct-cdf.png (first seed, open),
+and interference.md: the same runs under the assumed and the measured matrix.
+Matplotlib (Agg) is used here only, never in rlix.core. Definitions:
+docs/simulator.md.
 
-    .venv/bin/python bench/simulate.py                 # all mixes
-    .venv/bin/python bench/simulate.py --mix small-lab # one mix
+    .venv/bin/python bench/simulate.py                        # default mixes, seeds 0 1 2
+    .venv/bin/python bench/simulate.py --mix small-lab --seeds 0
+    .venv/bin/python bench/simulate.py --interference bench/results/gpu_interference.json
 """
 
 from __future__ import annotations
@@ -13,13 +20,324 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
-from dataclasses import asdict
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rlix.core.sim import hardware as hw
+from rlix.core.sim.engine import SimConfig, simulate
+from rlix.core.sim.interference import ASSUMED, DEFAULT, Interference, from_document
+from rlix.core.sim.metrics import Bounds, SimResult, bounds
+from rlix.core.sim.mixes import MIXES as KNOWN
+from rlix.core.sim.mixes import closed_batch, make_mix
+from rlix.core.sim.schedulers import SCHEDULERS
+
 RESULTS = Path(__file__).resolve().parent / "results"
-MIXES = ("small-lab", "mixed-tenants", "agentic", "scale")
+# "scale" (1,000 nodes, 5,000 jobs) takes ~5 min per RLix run on the shared
+# 2-core machine, x 2 (open and closed) x 3 seeds: run it on request only.
+DEFAULT_MIXES = ("small-lab", "mixed-tenants", "agentic", "trace")
+SUBJECT = "rlix"
+SUSPEND = {
+    "link": (hw.PCIE_D2H_BYTES_PER_S, hw.PCIE_H2D_BYTES_PER_S),
+    "cuda-checkpoint": (hw.CUDA_CHECKPOINT_BYTES_PER_S, hw.CUDA_CHECKPOINT_BYTES_PER_S),
+    "vllm-sleep": (hw.VLLM_SLEEP_BYTES_PER_S, hw.VLLM_SLEEP_BYTES_PER_S),
+}
+
+
+@dataclass
+class Runs:
+    """Per scheduler, one open and one closed result per seed; bounds per seed."""
+
+    open: dict[str, list[SimResult]] = field(default_factory=dict)
+    closed: dict[str, list[SimResult]] = field(default_factory=dict)
+    bounds: list[Bounds] = field(default_factory=list)
+    wall_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    better: str  # "higher" | "lower"
+    value: Callable[[Runs, str], list[float]]  # per seed, for one scheduler
+    bound: Callable[[Sequence[Bounds]], str] | None = None  # from every seed's bounds
+    fmt: str = "{:.2f}"
+
+
+def _med(bs: Sequence[Bounds], f: Callable[[Bounds], float]) -> float:
+    return statistics.median(f(b) for b in bs)
+
+
+def _open(f: Callable[[SimResult], float]) -> Callable[[Runs, str], list[float]]:
+    return lambda runs, name: [f(r) for r in runs.open[name]]
+
+
+def _closed(f: Callable[[SimResult], float]) -> Callable[[Runs, str], list[float]]:
+    return lambda runs, name: [f(r) for r in runs.closed[name]]
+
+
+def _class_row(priority: int, index: int, label: str) -> Row:
+    def value(runs: Runs, name: str) -> list[float]:
+        return [r.by_class()[priority][index] / 60 for r in runs.open[name]]
+
+    return Row(label, "lower", value, None, "{:.0f}")
+
+
+def rows_for(runs: Runs) -> list[Row]:
+    first = next(iter(runs.open.values()))[0]
+    classes = sorted(set(first.priorities), reverse=True)
+    rows = [
+        Row(
+            "capacity, closed batch (progress / held GPU-s)",
+            "higher",
+            _closed(lambda r: r.capacity),
+            lambda bs: (
+                f"excl {_med(bs, lambda b: b.exclusive_capacity):.2f} / "
+                f"share {_med(bs, lambda b: b.sharing_capacity):.2f}"
+            ),
+        ),
+        Row("capacity, open arrivals", "higher", _open(lambda r: r.capacity)),
+        Row(
+            "closed-batch throughput (jobs/h)",
+            "higher",
+            _closed(lambda r: r.closed_per_h),
+            lambda bs: (
+                f"excl {_med(bs, lambda b: b.exclusive_closed_per_h):.2f} / "
+                f"share {_med(bs, lambda b: b.sharing_closed_per_h):.2f}"
+            ),
+        ),
+        Row(
+            "mean JCT, open (min)",
+            "lower",
+            _open(lambda r: r.jct_mean_s / 60),
+            lambda bs: f">= {_med(bs, lambda b: b.jct_mean_s) / 60:.0f}",
+            "{:.0f}",
+        ),
+        Row("p95 JCT, open (min)", "lower", _open(lambda r: r.jct_p95_s / 60), None, "{:.0f}"),
+    ]
+    if len(classes) > 1:
+        for p in classes:
+            rows.append(_class_row(p, 0, f"mean JCT, priority {p} (min)"))
+            rows.append(_class_row(p, 1, f"p95 JCT, priority {p} (min)"))
+    rows.append(
+        Row(
+            f"stretch, top priority ({classes[0]}), open",
+            "lower",
+            _open(lambda r: r.top_stretch),
+            lambda bs: f">= {_med(bs, lambda b: b.top_stretch):.1f}",
+        )
+    )
+    for category in first.categories():
+        rows.append(
+            Row(
+                f"GPU time: {category} %, open",
+                "lower" if category != "useful" else "higher",
+                _open(lambda r, c=category: 100 * r.categories()[c]),
+                None,
+                "{:.1f}",
+            )
+        )
+    rows += [
+        Row(
+            "GPU idle % (old measure), open",
+            "lower",
+            _open(lambda r: 100 * r.gpu_idle),
+            None,
+            "{:.1f}",
+        ),
+        Row(
+            "memory fragmentation % (old measure), open",
+            "lower",
+            _open(lambda r: 100 * r.fragmentation),
+            None,
+            "{:.1f}",
+        ),
+        Row("preemptions, open", "lower", _open(lambda r: float(r.preemptions)), None, "{:.0f}"),
+        Row(
+            "work lost to eviction (GPU-h), open",
+            "lower",
+            _open(lambda r: r.lost_work_gpu_h),
+            None,
+            "{:.1f}",
+        ),
+    ]
+    return rows
+
+
+def spread(values: Sequence[float], fmt: str) -> str:
+    """Median with the min-max range over seeds."""
+    med = statistics.median(values)
+    if len(values) == 1:
+        return fmt.format(med)
+    return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def table(runs: Runs) -> str:
+    names = list(runs.open)
+    baselines = [n for n in names if n != SUBJECT]
+    header = ["metric", "better", *names, "bound", f"{SUBJECT} / best baseline"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows_for(runs):
+        per = {n: row.value(runs, n) for n in names}
+        cells = [row.label, row.better, *(spread(per[n], row.fmt) for n in names)]
+        cells.append(row.bound(runs.bounds) if row.bound else "-")
+        medians = {n: statistics.median(per[n]) for n in baselines}
+        pick = max if row.better == "higher" else min
+        best = pick(medians, key=lambda n: medians[n]) if medians else None
+        mine = statistics.median(per[SUBJECT]) if SUBJECT in per else None
+        if best is None or mine is None or medians[best] == 0:
+            cells.append("-")
+        else:
+            cells.append(f"{mine / medians[best]:.2f}x ({best})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_mix(
+    mix_name: str,
+    seeds: Sequence[int],
+    config: SimConfig,
+    schedulers: Sequence[str],
+    gpu_memory_utilization: float,
+) -> Runs:
+    runs = Runs()
+    for seed in seeds:
+        cfg = replace(config, seed=seed)
+        mix = make_mix(mix_name, seed=seed, gpu_memory_utilization=gpu_memory_utilization)
+        for name in schedulers:
+            for kind, m in (("open", mix), ("closed", closed_batch(mix))):
+                started = time.perf_counter()
+                result = simulate(m, SCHEDULERS[name](), cfg)
+                wall = time.perf_counter() - started
+                runs.wall_s[name] = runs.wall_s.get(name, 0.0) + wall
+                getattr(runs, kind).setdefault(name, []).append(result)
+                print(f"  {mix_name} seed {seed} {kind:6} {name}: {wall:.1f} s", file=sys.stderr)
+        runs.bounds.append(bounds(runs.closed[schedulers[0]][-1], cfg.interference))
+    return runs
+
+
+def _bound_spread(runs: Runs, f: Callable[[Bounds], float]) -> str:
+    return spread([f(b) for b in runs.bounds], "{:.2f}")
+
+
+def write_mix(
+    mix: str,
+    runs: Runs,
+    seeds: Sequence[int],
+    *,
+    command: str,
+    config: SimConfig,
+    out: Path,
+    tag: str = "",
+) -> str:
+    text = table(runs)
+    first = next(iter(runs.open.values()))[0]
+    speed = "\n".join(f"- {n}: {w:.1f} s" for n, w in runs.wall_s.items())
+    doc = (
+        f"# {mix}{tag}\n\n{KNOWN[mix][0]}\n\n"
+        f"{first.jobs} jobs, {first.gpus} GPUs, seeds {', '.join(map(str, seeds))}; interference "
+        f"matrix: {config.interference.name} ({config.interference.source}).\n\n"
+        f"Produced by:\n\n    {command}\n\n"
+        "Each cell: median over seeds (min-max). Capacity and throughput come from the\n"
+        "closed batch (the same jobs all submitted at t=0); JCT, stretch and GPU time\n"
+        "from the mix's own arrivals. The ratio column divides RLix's median by the best\n"
+        "baseline's median in the metric's direction. Bounds: median over seeds (spread:\n"
+        f"exclusive capacity {_bound_spread(runs, lambda b: b.exclusive_capacity)}, sharing "
+        f"capacity {_bound_spread(runs, lambda b: b.sharing_capacity)}, kappa "
+        f"{_bound_spread(runs, lambda b: b.kappa)}) are proved in docs/simulator.md.\n\n"
+        f"{text}\n\nWall time, all seeds, open + closed (this machine, shared 2 cores):\n\n"
+        f"{speed}\n\nDefinitions and caveats: docs/simulator.md.\n"
+    )
+    (out / f"{mix}{tag}.md").write_text(doc, encoding="utf-8")
+    payload: dict[str, Any] = {
+        "command": command,
+        "interference": config.interference.name,
+        "seeds": list(seeds),
+        "bounds": [b.__dict__ for b in runs.bounds],
+        "results": {
+            kind: {n: [_summary(r) for r in rs] for n, rs in getattr(runs, kind).items()}
+            for kind in ("open", "closed")
+        },
+    }
+    (out / f"{mix}{tag}.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    if tag:
+        return f"## {mix}{tag}\n\n{text}\n"  # a sensitivity run: the plots stay the default's
+    try:
+        plot(mix, [rs[0] for rs in runs.open.values()], out)
+    except ImportError:  # matplotlib comes with the [bench] extra only
+        print(f"  {mix}: matplotlib missing, plots not redrawn", file=sys.stderr)
+    return f"## {mix}\n\n{text}\n"
+
+
+def _summary(r: SimResult) -> dict[str, Any]:
+    return {
+        "jobs": r.jobs, "makespan_s": r.makespan_s, "capacity": r.capacity,
+        "closed_per_h": r.closed_per_h, "jct_mean_s": r.jct_mean_s, "jct_p95_s": r.jct_p95_s,
+        "by_class": {str(p): v for p, v in r.by_class().items()},
+        "top_stretch": r.top_stretch, "categories": r.categories(), "gpu_idle": r.gpu_idle,
+        "preemptions": r.preemptions, "lost_work_gpu_h": r.lost_work_gpu_h, "events": r.events,
+    }  # fmt: skip
+
+
+Limit = Callable[[Bounds], float] | None
+COMPARED: tuple[tuple[str, Callable[[Runs, str], list[float]], str, Limit], ...] = (
+    ("capacity (closed)", _closed(lambda r: r.capacity), "{:.2f}", lambda b: b.sharing_capacity),
+    (
+        "closed-batch jobs/h",
+        _closed(lambda r: r.closed_per_h),
+        "{:.2f}",
+        lambda b: b.sharing_closed_per_h,
+    ),
+    ("mean JCT, open (min)", _open(lambda r: r.jct_mean_s / 60), "{:.0f}", None),
+    ("top-priority stretch", _open(lambda r: r.top_stretch), "{:.2f}", None),
+)
+
+
+def compare_interference(
+    done: dict[str, Runs],
+    seeds: Sequence[int],
+    others: Sequence[Interference],
+    *,
+    base: SimConfig,
+    gpu_memory_utilization: float,
+    command: str,
+    out: Path,
+) -> str:
+    """One table: each mix under each matrix, RLix beside gang-binpack.
+
+    ``done`` holds the main runs (under ``base.interference``); only RLix is
+    rerun under the ``others``: exclusive schedulers never share a GPU, so the
+    matrix cannot change their numbers.
+    """
+    matrices = [*others, base.interference]
+    header = ["mix", "metric", "gang-binpack", *(f"rlix, {m.name}" for m in matrices),
+              *(f"sharing bound, {m.name}" for m in matrices)]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for mix, main_runs in done.items():
+        per = [
+            run_mix(mix, seeds, replace(base, interference=m), [SUBJECT], gpu_memory_utilization)
+            for m in others
+        ]
+        per.append(main_runs)
+        for label, value, fmt, limit in COMPARED:
+            cells = [mix, label, spread(value(main_runs, "gang-binpack"), fmt)]
+            cells += [spread(value(r, SUBJECT), fmt) for r in per]
+            cells += [spread([limit(b) for b in r.bounds], fmt) if limit else "-" for r in per]
+            lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    sources = "\n".join(f"- {m.name}: {m.source}" for m in matrices)
+    doc = (
+        "# RLix under the assumed and the measured interference matrix\n\n"
+        f"Produced by:\n\n    {command}\n\nMatrices:\n\n{sources}\n\n"
+        f"Seeds {', '.join(map(str, seeds))}; each cell median (min-max). gang-binpack never "
+        "shares a GPU, so the matrix does not change it.\n\n"
+        f"{text}\n\nDefinitions: docs/simulator.md.\n"
+    )
+    (out / "interference.md").write_text(doc, encoding="utf-8")
+    return f"## interference\n\n{text}\n"
 
 
 def smooth(values: list[float], window: int = 12) -> list[float]:
@@ -68,64 +386,69 @@ def plot(mix: str, results: list[Any], out: Path) -> list[Path]:
     return [util, cdf]
 
 
-def bench_mix(mix: str, seed: int, suspend: str, out: Path) -> str:
-    from rlix.cli.simulate import run_mix
-    from rlix.core.sim.mixes import MIXES as KNOWN
-    from rlix.core.sim.report import table
-
-    args = argparse.Namespace(
-        mix=mix, scheduler=None, seed=seed, jobs=None, candidates=32, sample_s=300.0,
-        suspend=suspend, quiet=False,
-    )  # fmt: skip
-    results, ideal, speeds = run_mix(args)
-    tag = mix if suspend == "link" else f"{mix}-suspend-{suspend}"
-    command = " ".join(
-        [".venv/bin/python bench/simulate.py", f"--mix {mix}", f"--seed {seed}"]
-        + ([f"--suspend {suspend}"] if suspend != "link" else [])
-    )
-    text = table(results, ideal)
-    speed_lines = "\n".join(
-        f"- {r.scheduler}: {s['events']:.0f} events in {s['wall_s']:.1f} s "
-        f"({s['events_per_s']:,.0f} events/s)"
-        for r, s in zip(results, speeds, strict=True)
-    )
-    first = results[0]
-    doc = (
-        f"# {tag}\n\n{KNOWN[mix][0]}\n\n"
-        f"{first.jobs} jobs, {first.gpus} GPUs, seed {seed}, suspend speed: {suspend}.\n\n"
-        f"Produced by:\n\n    {command}\n\n(equivalently `rlix simulate --mix {mix} --seed {seed}"
-        f"{' --suspend ' + suspend if suspend != 'link' else ''}`)\n\n{text}\n\n"
-        f"Simulator speed (this machine, shared 2 cores):\n\n{speed_lines}\n\n"
-        f"Definitions and caveats: docs/simulator.md.\n"
-    )
-    (out / f"{tag}.md").write_text(doc, encoding="utf-8")
-    payload = {
-        "command": command,
-        "bound": asdict(ideal),
-        "results": [
-            {**{k: v for k, v in asdict(r).items() if k != "series"}, "speed": s}
-            for r, s in zip(results, speeds, strict=True)
-        ],
-    }
-    (out / f"{tag}.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
-    if suspend == "link":
-        plot(mix, results, out)
-    return f"## {tag}\n\n{text}\n\n{speed_lines}\n"
+def load_interference(path: Path, mode: str) -> Interference:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"--interference {path}: {e}") from e
+    if not isinstance(doc, dict):
+        raise SystemExit(f"--interference {path}: not a JSON object")
+    try:
+        return from_document(doc, mode, name=f"{path.stem}-{mode}")
+    except ValueError as e:
+        raise SystemExit(f"--interference {path}: {e}") from e
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mix", action="append", choices=MIXES, help="default: all")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--suspend", default="link", choices=("link", "cuda-checkpoint", "vllm-sleep")
-    )
+    parser.add_argument("--mix", action="append", choices=sorted(KNOWN),
+                        help=f"default: {', '.join(DEFAULT_MIXES)}")  # fmt: skip
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--suspend", default="link", choices=sorted(SUSPEND))
+    parser.add_argument("--interference", type=Path,
+                        help="a hack/gpu-interference.py JSON file (default: the measured H200 "
+                             "matrix built into rlix.core.sim.interference)")  # fmt: skip
+    parser.add_argument("--interference-mode", default="time_slicing",
+                        choices=("time_slicing", "mps"))  # fmt: skip
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.0,
+                        help="vLLM preallocation, every job (0: KV sized to batch)")  # fmt: skip
+    parser.add_argument("--no-compare", action="store_true",
+                        help="skip interference.md (the assumed-vs-measured table)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if len(args.seeds) < 3:
+        print("note: fewer than 3 seeds; the spread is not meaningful", file=sys.stderr)
+    matrix = (
+        load_interference(args.interference, args.interference_mode)
+        if args.interference
+        else DEFAULT
+    )
+    out_bps, in_bps = SUSPEND[args.suspend]
+    config = SimConfig(suspend_bytes_per_s=out_bps, restore_bytes_per_s=in_bps, interference=matrix)
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"$ {shlex.join([sys.executable, *sys.argv])}")
-    for mix in args.mix or MIXES:
-        print(bench_mix(mix, args.seed, args.suspend, args.out), flush=True)
+    command = shlex.join([".venv/bin/python", "bench/simulate.py", *(argv or sys.argv[1:])])
+    print(f"$ {command}")
+    # A non-default matrix or preallocation writes <mix>-<tag>.md beside the
+    # default tables instead of replacing them.
+    tag = "".join(
+        [f"-{matrix.name}" if args.interference else "",
+         f"-gmu{args.gpu_memory_utilization:g}" if args.gpu_memory_utilization else ""]
+    )  # fmt: skip
+    done: dict[str, Runs] = {}
+    for mix in args.mix or DEFAULT_MIXES:
+        runs = run_mix(mix, args.seeds, config, list(SCHEDULERS), args.gpu_memory_utilization)
+        done[mix] = runs
+        text = write_mix(mix, runs, args.seeds, command=command, config=config, out=args.out,
+                         tag=tag)  # fmt: skip
+        print(text, flush=True)
+    if not args.no_compare and not tag:
+        others = [m for m in (ASSUMED, DEFAULT) if m.cells != matrix.cells]
+        print(
+            compare_interference(done, args.seeds, others, base=config, out=args.out,
+                                 gpu_memory_utilization=args.gpu_memory_utilization,
+                                 command=command),
+            flush=True,
+        )  # fmt: skip
     return 0
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from rlix.core.sim.mixes import MIXES, expected_gpu_s, make_mix
+from rlix.core.phases import Phase
+from rlix.core.sim import hardware as hw
+from rlix.core.sim.mixes import BURST, DAY_S, MIXES, expected_gpu_s, make_mix
+from rlix.core.sim.workload import profile_for
 
 
 @pytest.mark.parametrize("name", ["small-lab", "mixed-tenants", "agentic"])
@@ -32,4 +37,27 @@ def test_mixed_tenants_has_protected_prod_and_preemptible_others() -> None:
 def test_unknown_mix_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="small-lab"):
         make_mix("nope")
-    assert set(MIXES) == {"small-lab", "mixed-tenants", "agentic", "scale"}
+    assert set(MIXES) == {"small-lab", "mixed-tenants", "agentic", "trace", "scale"}
+
+
+def test_trace_mix_has_bursts_a_diurnal_rhythm_and_a_heavy_tail() -> None:
+    jobs = make_mix("trace", seed=0).jobs
+    assert len(jobs) == 600
+    # Sweeps arrive in bursts: some instants carry several jobs.
+    per_instant = Counter(j.arrival_s for j in jobs)
+    assert max(per_instant.values()) == BURST
+    # Heavy tail: the longest tenth of the jobs holds well over a tenth of the iterations.
+    sizes = sorted((j.iterations for j in jobs), reverse=True)
+    assert sum(sizes[:60]) > 0.3 * sum(sizes)
+    # Diurnal: the busiest hour of the day sees far more arrivals than the quietest.
+    by_hour = Counter(int(j.arrival_s % DAY_S // 3600) for j in jobs)
+    assert max(by_hour.values()) > 2 * min(by_hour.get(h, 0) for h in range(24))
+
+
+def test_memory_preallocation_knob_sets_every_rollout_to_the_fraction() -> None:
+    mix = make_mix("small-lab", seed=0, jobs=10, gpu_memory_utilization=0.9)
+    for job in mix.jobs:
+        rollout = profile_for(job).memory_mib[Phase.ROLLOUT]
+        assert rollout == pytest.approx(0.9 * hw.H200_MEMORY_MIB, abs=1)
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization 1\.5"):
+        make_mix("small-lab", seed=0, jobs=1, gpu_memory_utilization=1.5)

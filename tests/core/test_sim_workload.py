@@ -9,7 +9,7 @@ import pytest
 
 from rlix.core.phases import Phase
 from rlix.core.sim import hardware as hw
-from rlix.core.sim.interference import slowdown
+from rlix.core.sim.interference import ASSUMED
 from rlix.core.sim.workload import JobProfile, JobSpec, profile_for
 
 
@@ -94,8 +94,21 @@ def test_a_rollout_tail_lends_its_gpus_to_a_training_co_runner() -> None:
     # Hand-computed rates for a training job sharing GPUs with the job above.
     p = JobProfile(seven_b(prompts=8, samples=1))
     tail = p.tail_pressure(12000.0)
-    during_bulk = 1 / (1 + 1.0 * slowdown(Phase.TRAINING, Phase.ROLLOUT))
-    during_tail = 1 / (1 + tail * slowdown(Phase.TRAINING, Phase.ROLLOUT))
+    during_bulk = 1 / (1 + 1.0 * ASSUMED.slowdown(Phase.TRAINING, Phase.ROLLOUT))
+    during_tail = 1 / (1 + tail * ASSUMED.slowdown(Phase.TRAINING, Phase.ROLLOUT))
     assert during_bulk == pytest.approx(1 / 1.3)
     assert during_tail > during_bulk
     assert during_tail == pytest.approx(1 / (1 + 0.3 * tail))
+
+
+def test_decode_steps_shrink_as_the_batch_empties_down_to_the_weight_read() -> None:
+    p = JobProfile(seven_b())
+    weights = p.size.params * 2 / p.size.rollout_tp
+    floor = weights / (hw.H200_HBM_BYTES_PER_S * hw.DECODE_BW_EFFICIENCY)
+    full = p.decode_step_s(1.0, 2000)
+    tail = p.decode_step_s(0.05, 2000)
+    assert floor < tail < full
+    assert p.decode_step_s(0.0, 2000) == pytest.approx(floor)
+    # The tail segment steps faster than the bulk, per token decoded.
+    bulk_s, _, tail_s, _ = p.rollout_segments(12000.0)
+    assert tail_s / (12000.0 - p.bulk_tokens) < bulk_s / p.bulk_tokens

@@ -41,6 +41,7 @@ class Cluster:
         self.by_free: list[dict[int, None]] = [{} for _ in range(gpus_per_node + 1)]
         self.by_free[gpus_per_node] = dict.fromkeys(range(nodes))
         self.occupied: dict[int, None] = {}
+        self.held = 0  # GPUs holding at least one pod (what capacity divides by)
         # Per node, bumps whenever a pod leaves: room can only have appeared
         # on a node whose counter moved (what parked jobs wait for).
         self.released = [0] * nodes
@@ -71,6 +72,7 @@ class Cluster:
         before = self.free[node]
         after = sum(1 for holders in self.res[node] if not holders)
         if after != before:
+            self.held += before - after
             del self.by_free[before][node]
             self.by_free[after][node] = None
             self.free[node] = after

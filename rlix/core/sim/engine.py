@@ -18,9 +18,7 @@ from collections.abc import Callable
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
-from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
-from rlix.core.sim.interference import slowdown_table
 from rlix.core.sim.metrics import Recorder, SimResult
 from rlix.core.sim.mixes import Mix
 from rlix.core.sim.preempting import try_preempt, try_resume
@@ -32,7 +30,6 @@ from rlix.core.sim.workload import profile_for
 __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 
 SEGMENT, READY, ARRIVE, SAMPLE = 0, 1, 2, 3
-SLOWDOWN_TABLE = slowdown_table()
 
 
 def _dominates(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
@@ -58,10 +55,14 @@ class Simulation:
             mix.nodes, mix.gpus_per_node, self.config.memory_mib, self.policy.shares_gpus
         )
         self.runs = [Run(s, profile_for(s), i) for i, s in enumerate(mix.jobs)]
-        # (GPUs per pod, pods, smallest per-GPU MiB): a job that does not fit
-        # makes every job at least as large in all three wait in the same pass.
+        self.table = self.config.interference.table()
+        # (GPUs per pod, pods, peak per-GPU MiB): a job that does not fit makes
+        # every job at least as large in all three wait in the same pass. Peak,
+        # because the fit test (policy.fit) asks for a pod's peak phase memory:
+        # keyed by the smallest phase, a job with a small rollout but a large
+        # training phase would block jobs that need less at their peak.
         self.shapes = [
-            (r.spec.gpus_per_pod, r.spec.pods, min(r.profile.memory_mib.values()))
+            (r.spec.gpus_per_pod, r.spec.pods, max(r.profile.memory_mib.values()))
             for r in self.runs
         ]
         self.heap: list[tuple[float, int, int, int, int]] = []
@@ -96,6 +97,7 @@ class Simulation:
         while self.heap and self.done < total:
             t, _, kind, job, version = heapq.heappop(self.heap)
             self.events += 1
+            self.recorder.account(t, bool(self.queue or self.suspended))
             if kind == SAMPLE:
                 self.recorder.sample(t)
                 self._push(t + self.config.sample_s, SAMPLE)
@@ -205,7 +207,7 @@ class Simulation:
 
     def _rate(self, run: Run, seen: dict[int, tuple[float, Phase] | None]) -> float:
         """``seen`` caches co-runners' (pressure, phase) for one instant."""
-        table = SLOWDOWN_TABLE[run.phase_of(run.seg)]
+        table = self.table[run.phase_of(run.seg)]
         worst = 0.0
         for group in self._groups(run):
             load = 0.0
@@ -230,8 +232,7 @@ class Simulation:
             run.timeline = run.profile.timeline(self.config.seed)
         if run.started is None:
             run.started = t
-            weights = run.profile.size.params * 2 / run.spec.gpus
-            run.delay += hw.RESTART_FIXED_S + weights / hw.CHECKPOINT_READ_BYTES_PER_S
+            run.delay += run.profile.first_load_s
         self.started += 1
         self.queue.pop(run.id, None)
         run.placements = placements

@@ -7,42 +7,147 @@ slowdown one full-pressure co-runner of shape ``s_k`` inflicts on shape ``s``.
 A gang moves at the pace of its slowest GPU (collectives are lock-step), so a
 job's rate is the minimum over its GPUs.
 
-The coefficients are the LEAST CERTAIN numbers in the simulator (see
-docs/simulator.md): two jobs bound by the same resource split it (I = 1, as
-time-slicing or bandwidth sharing gives); a compute-bound phase next to a
-bandwidth-bound decode loses a fraction (SMs left idle by decode are used,
-but L2/HBM contention remains). Published co-location studies of prefill with
-decode (e.g. POD-Attention, NanoFlow, MuxServe) and RollMux's phase
-multiplexing report slowdowns in the 10-40% range for such pairs; we take 0.3
-and 0.4 from the middle of that range. Weight sync moves bytes over NVLink and
-barely touches SMs or HBM bandwidth of the co-runner.
+``I`` is a loadable matrix (``Interference``), the LEAST CERTAIN numbers in the
+simulator. Two ship here (docs/simulator.md compares them side by side):
+
+* ``MEASURED_H200`` (the default): two processes on one H200 under CUDA
+  time-slicing (the NVIDIA device plugin's sharing mode), measured by
+  hack/gpu-interference.py into bench/results/gpu_interference.json. Saturating
+  kernels gain nothing from sharing there (a GEMM and a GEMV together make
+  0.95 of one GPU's progress); copies overlap almost perfectly with kernels.
+  Measured beats assumed, so it is the default; its limit is that the kernels
+  saturate the GPU, which the model's pressure < 1 (rollout tails, tool waits)
+  is there to correct.
+* ``ASSUMED``: the literature-based table the simulator started with: two jobs
+  bound by the same resource split it (I = 1); a compute-bound phase next to a
+  bandwidth-bound decode loses 0.3, the decode 0.4 (the middle of the 10-40%
+  range POD-Attention, NanoFlow, MuxServe and RollMux report for prefill/decode
+  style pairs); weight sync barely touches a co-runner (0.1).
+
+``from_document`` reads any file in hack/gpu-interference.py's format, so a
+matrix measured on other hardware loads without a code change.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from rlix.core.phases import Phase, Shape, shape_of
 
-SLOWDOWN: Final[dict[tuple[Shape, Shape], float]] = {
-    (Shape.COMPUTE, Shape.COMPUTE): 1.0,
-    (Shape.MEMORY, Shape.MEMORY): 1.0,
-    (Shape.COMPUTE, Shape.MEMORY): 0.3,  # training slowed by a co-resident decode
-    (Shape.MEMORY, Shape.COMPUTE): 0.4,  # decode slowed by co-resident training
-}
-NETWORK_SLOWDOWN: Final = 0.1
+SHAPES: Final = (Shape.COMPUTE, Shape.MEMORY, Shape.NETWORK)
+MODES: Final = ("time_slicing", "mps")
+
+
+@dataclass(frozen=True)
+class Interference:
+    """``I[victim shape][co-runner shape]`` for the three busy shapes, and where it comes from.
+
+    Stored as a tuple of (victim, co-runner, I) so the matrix is hashable and
+    a ``SimConfig`` holding it stays a frozen value.
+    """
+
+    name: str
+    source: str
+    cells: tuple[tuple[Shape, Shape, float], ...]
+
+    def __post_init__(self) -> None:
+        seen = {(a, b) for a, b, _ in self.cells}
+        missing = [f"{a}/{b}" for a in SHAPES for b in SHAPES if (a, b) not in seen]
+        if missing:
+            raise ValueError(f"interference matrix {self.name!r} lacks {', '.join(missing)}")
+        for a, b, value in self.cells:
+            if not value >= 0.0:  # also rejects NaN
+                raise ValueError(f"interference matrix {self.name!r}: I[{a}][{b}] = {value} < 0")
+
+    def shapes(self, victim: Shape, other: Shape) -> float:
+        if Shape.NONE in (victim, other):
+            return 0.0  # an idle phase neither slows nor is slowed
+        for a, b, value in self.cells:
+            if (a, b) == (victim, other):
+                return value
+        raise KeyError((victim, other))  # unreachable: __post_init__ checked every pair
+
+    def slowdown(self, victim: Phase, other: Phase) -> float:
+        """I[victim shape, other shape]: slowdown per unit of the other's pressure."""
+        return self.shapes(shape_of(victim), shape_of(other))
+
+    def table(self) -> dict[Phase, dict[Phase, float]]:
+        """``slowdown`` for every pair of phases, precomputed for the event loop."""
+        return {a: {b: self.slowdown(a, b) for b in Phase} for a in Phase}
+
+    def combined(self, a: Shape, b: Shape) -> float:
+        """Progress of two full-pressure co-runners together (2.0 = no interference)."""
+        return 1.0 / (1.0 + self.shapes(a, b)) + 1.0 / (1.0 + self.shapes(b, a))
+
+
+def _matrix(name: str, source: str, rows: Mapping[Shape, Mapping[Shape, float]]) -> Interference:
+    return Interference(name, source, tuple((a, b, rows[a][b]) for a in SHAPES for b in SHAPES))
+
+
+ASSUMED: Final = _matrix(
+    "assumed",
+    "literature ranges (POD-Attention, NanoFlow, MuxServe, RollMux); see module docstring",
+    {
+        Shape.COMPUTE: {Shape.COMPUTE: 1.0, Shape.MEMORY: 0.3, Shape.NETWORK: 0.1},
+        Shape.MEMORY: {Shape.COMPUTE: 0.4, Shape.MEMORY: 1.0, Shape.NETWORK: 0.1},
+        Shape.NETWORK: {Shape.COMPUTE: 0.1, Shape.MEMORY: 0.1, Shape.NETWORK: 0.1},
+    },
+)
+# bench/results/gpu_interference.json, "time_slicing" (one run, 3-second
+# windows, torch 2.11 / CUDA 13 on an H200). The measured -0.000 of copies
+# next to a GEMM is rounding noise and is stored as 0.
+MEASURED_H200: Final = _matrix(
+    "h200-time-slicing",
+    "measured: bench/results/gpu_interference.json (hack/gpu-interference.py), time-slicing",
+    {
+        Shape.COMPUTE: {Shape.COMPUTE: 1.157, Shape.MEMORY: 0.573, Shape.NETWORK: 0.007},
+        Shape.MEMORY: {Shape.COMPUTE: 2.17, Shape.MEMORY: 1.228, Shape.NETWORK: 0.041},
+        Shape.NETWORK: {Shape.COMPUTE: 0.0, Shape.MEMORY: 0.003, Shape.NETWORK: 0.885},
+    },
+)
+DEFAULT: Final = MEASURED_H200
+NOISE: Final = 0.01  # measured coefficients this far below 0 are rounding, not speed-ups
+
+
+def from_document(
+    doc: Mapping[str, object], mode: str = "time_slicing", name: str | None = None
+) -> Interference:
+    """The matrix in a hack/gpu-interference.py JSON document (already parsed).
+
+    ``mode`` picks the sharing mechanism measured ("time_slicing" or "mps").
+    A missing cell, a non-number or a coefficient below -NOISE is an error
+    naming the cell: a malformed file must not silently become "no interference".
+    """
+    if mode not in MODES:
+        raise ValueError(f"interference mode {mode!r}: expected one of {', '.join(MODES)}")
+    block = doc.get(mode)
+    if not isinstance(block, Mapping) or not isinstance(block.get("slowdown"), Mapping):
+        raise ValueError(f"interference document has no {mode}.slowdown table")
+    table = block["slowdown"]
+    rows: dict[Shape, dict[Shape, float]] = {}
+    for a in SHAPES:
+        row = table.get(str(a))
+        if not isinstance(row, Mapping):
+            raise ValueError(f"interference document: {mode}.slowdown.{a} is missing")
+        rows[a] = {}
+        for b in SHAPES:
+            value = row.get(str(b))
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"interference document: {mode}.slowdown.{a}.{b} is not a number")
+            if value < -NOISE:
+                raise ValueError(f"interference document: {mode}.slowdown.{a}.{b} = {value} < 0")
+            rows[a][b] = max(0.0, float(value))
+    gpu = doc.get("gpu", "unknown GPU")
+    return _matrix(name or f"measured-{mode}", f"measured on {gpu} ({mode})", rows)
 
 
 def slowdown(victim: Phase, other: Phase) -> float:
-    """I[victim shape, other shape]: slowdown per unit of the other's pressure."""
-    a, b = shape_of(victim), shape_of(other)
-    if Shape.NONE in (a, b):
-        return 0.0
-    if Shape.NETWORK in (a, b):
-        return NETWORK_SLOWDOWN
-    return SLOWDOWN[(a, b)]
+    """The default matrix's I[victim shape, other shape]."""
+    return DEFAULT.slowdown(victim, other)
 
 
 def slowdown_table() -> dict[Phase, dict[Phase, float]]:
-    """``slowdown`` for every pair of phases, precomputed for the event loop."""
-    return {a: {b: slowdown(a, b) for b in Phase} for a in Phase}
+    """The default matrix for every pair of phases."""
+    return DEFAULT.table()

@@ -17,6 +17,21 @@
 * **Bytes moved** -- checkpoint reloads after eviction, plus parked bytes
   out and back for suspension (both directions counted).
 * **Suspended time** -- job-hours spent parked, summed over jobs.
+
+The measures that can show a gain (docs/simulator.md, "Measures"):
+
+* **Capacity** -- job progress per held GPU-second: the sum over jobs of
+  (alone duration x GPUs) over the GPU-seconds during which a GPU held at
+  least one pod. Exclusive GPUs give at most 1.0 (less for load time and
+  redone work); above 1.0 is what sharing adds.
+* **GPU time by category** -- [0, makespan] x GPUs split exactly into useful
+  (demand-weighted progress), rollout gap (progress whose demand was below 1:
+  the batch emptying in the tail, tool waits), held-not-progress (loading,
+  contention, redone work; negative when overlap gains), empty while a job
+  waits (queued or parked), and empty with nothing waiting (arrival gaps and
+  the drain at the end).
+* **JCT per priority class** and **stretch** (JCT over the job's alone
+  duration including its first load; 1.0 = as if alone on the cluster).
 """
 
 from __future__ import annotations
@@ -24,7 +39,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from rlix.core.phases import Shape
 from rlix.core.sim.cluster import Cluster
+from rlix.core.sim.interference import Interference
 from rlix.core.sim.runs import Run, State
 from rlix.core.sim.workload import ITERATION_PHASES, SEGMENTS_PER_ITERATION
 
@@ -51,6 +68,54 @@ class SimResult:
     work_gpu_s: float = 0.0
     critical_s: float = 0.0  # latest arrival + alone duration over all jobs
     mean_alone_s: float = 0.0
+    # Per completed job, aligned with jct_s: priority, and alone duration with first load.
+    priorities: tuple[int, ...] = ()
+    alone_s: tuple[float, ...] = ()
+    progress_gpu_s: float = 0.0  # sum of alone duration x GPUs (each job counted once)
+    net_work_gpu_s: float = 0.0  # demand-weighted work outside weight sync (the bound's W)
+    load_gpu_s: float = 0.0  # sum of first load x GPUs
+    held_gpu_s: float = 0.0  # GPU-seconds with at least one pod on the GPU
+    empty_waiting_gpu_s: float = 0.0  # GPU-seconds empty while a job was queued or parked
+    empty_idle_gpu_s: float = 0.0  # GPU-seconds empty with nothing waiting
+    max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
+
+    @property
+    def capacity(self) -> float:
+        return self.progress_gpu_s / self.held_gpu_s if self.held_gpu_s > 0 else 0.0
+
+    @property
+    def closed_per_h(self) -> float:
+        """Completed jobs per hour of makespan (meaningful when all arrive at 0)."""
+        return self.jobs / (self.makespan_s / 3600) if self.makespan_s > 0 else 0.0
+
+    def categories(self) -> dict[str, float]:
+        """Shares of GPUs x makespan; they sum to 1 (see the module docstring)."""
+        total = self.gpus * self.makespan_s
+        if total <= 0:
+            return {}
+        return {
+            "useful": self.work_gpu_s / total,
+            "rollout gap": (self.progress_gpu_s - self.work_gpu_s) / total,
+            "held, not progress": (self.held_gpu_s - self.progress_gpu_s) / total,
+            "empty, jobs waiting": self.empty_waiting_gpu_s / total,
+            "empty, none waiting": self.empty_idle_gpu_s / total,
+        }
+
+    def by_class(self) -> dict[int, tuple[float, float, float]]:
+        """priority -> (mean JCT, p95 JCT, mean stretch) over that class's jobs."""
+        out: dict[int, tuple[float, float, float]] = {}
+        for p in sorted(set(self.priorities), reverse=True):
+            idx = [i for i, q in enumerate(self.priorities) if q == p]
+            jct = [self.jct_s[i] for i in idx]
+            stretch = [self.jct_s[i] / self.alone_s[i] for i in idx]
+            out[p] = (sum(jct) / len(jct), percentile(jct, 0.95), sum(stretch) / len(stretch))
+        return out
+
+    @property
+    def top_stretch(self) -> float:
+        """Mean stretch of the highest priority class present."""
+        classes = self.by_class()
+        return classes[max(classes)][2] if classes else 0.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -79,12 +144,39 @@ class Recorder:
     work_gpu_s: float = 0.0
     critical_s: float = 0.0
     alone_s: list[float] = field(default_factory=list)
+    progress_gpu_s: float = 0.0
+    net_work_gpu_s: float = 0.0
+    load_gpu_s: float = 0.0
+    held_gpu_s: float = 0.0
+    empty_waiting_gpu_s: float = 0.0
+    empty_idle_gpu_s: float = 0.0
+    last_t: float = 0.0
+    alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
+
+    def account(self, t: float, waiting: bool) -> None:
+        """Integrate held and empty GPUs over [last event, t] (constant in between)."""
+        dt = t - self.last_t
+        if dt <= 0:
+            return
+        held = self.cluster.held
+        empty = (self.cluster.total_gpus - held) * dt
+        self.held_gpu_s += held * dt
+        if waiting:
+            self.empty_waiting_gpu_s += empty
+        else:
+            self.empty_idle_gpu_s += empty
+        self.last_t = t
 
     def completed(self, run: Run) -> None:
         assert run.timeline is not None
-        self.work_gpu_s += run.timeline.busy_gpu_s() * run.spec.gpus
+        g = run.spec.gpus
+        self.work_gpu_s += run.timeline.busy_gpu_s() * g
+        self.net_work_gpu_s += run.timeline.busy_gpu_s(skip_network=True) * g
         alone = run.timeline.total_s
+        self.progress_gpu_s += alone * g
+        self.load_gpu_s += run.profile.first_load_s * g
         self.alone_s.append(alone)
+        self.alone_by_job[run.id] = alone + run.profile.first_load_s
         self.critical_s = max(self.critical_s, run.spec.arrival_s + alone)
 
     def _job_state(self, run: Run, t: float) -> tuple[float, int]:
@@ -156,6 +248,15 @@ class Recorder:
             work_gpu_s=self.work_gpu_s,
             critical_s=self.critical_s,
             mean_alone_s=sum(self.alone_s) / len(self.alone_s) if self.alone_s else 0.0,
+            priorities=tuple(r.spec.priority for r in ended),
+            alone_s=tuple(self.alone_by_job[r.id] for r in ended),
+            progress_gpu_s=self.progress_gpu_s,
+            net_work_gpu_s=self.net_work_gpu_s,
+            load_gpu_s=self.load_gpu_s,
+            held_gpu_s=self.held_gpu_s,
+            empty_waiting_gpu_s=self.empty_waiting_gpu_s,
+            empty_idle_gpu_s=self.empty_idle_gpu_s,
+            max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
         )
 
 
@@ -181,3 +282,69 @@ def bound(result: SimResult, first_arrival_s: float = 0.0) -> Bound:
     span_h = max(makespan - first_arrival_s, 1e-9) / 3600
     idle = 1.0 - result.work_gpu_s / (result.gpus * makespan) if makespan > 0 else 0.0
     return Bound(makespan, max(0.0, idle), result.jobs / span_h, result.mean_alone_s)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Independent upper bounds for exclusive and for sharing schedulers (docs/simulator.md).
+
+    All come from the workload alone (identical for every scheduler), never
+    from a scheduler's run.
+    """
+
+    exclusive_capacity: float
+    sharing_capacity: float
+    exclusive_closed_per_h: float
+    sharing_closed_per_h: float
+    jct_mean_s: float  # lower bound, any scheduler: mean alone duration with first load
+    top_stretch: float  # lower bound, any scheduler
+    kappa: float  # most useful work one shared GPU can deliver per second
+
+
+def sharing_kappa(interference: Interference, max_residents: int) -> float:
+    """Most demand-weighted work per second one GPU delivers to compute/memory phases.
+
+    With n residents of pressures p_i <= 1, demands d_i <= p_i, and every
+    compute/memory pair slowing each other by at least I, resident i delivers
+    d_i r_i <= p_i / (1 + I (P - p_i)) <= p_i / (1 + I (P - 1)) where P = sum p_k
+    (network residents only lower r_i, so leaving them out is safe). The sum is
+    P / (1 + I (P - 1)) when P >= 1, increasing in P for I <= 1, hence at most
+    n / (1 + I (n - 1)); for I > 1 it decreases, so at most 1 (P = 1). When
+    P < 1 the sum is at most P < 1 (every r_i <= 1).
+    """
+    busy = (Shape.COMPUTE, Shape.MEMORY)
+    i = min(interference.shapes(a, b) for a in busy for b in busy)
+    n = max(1, max_residents)
+    return 1.0 if i >= 1.0 else n / (1.0 + i * (n - 1))
+
+
+def bounds(result: SimResult, interference: Interference) -> Bounds:
+    """Bounds from one run's workload (the jobs and their timelines, not its schedule).
+
+    Exclusive: a held GPU-second advances one job by at most one alone-second,
+    and load seconds advance none, so held >= progress + load: capacity <=
+    progress / (progress + load), and all-at-t=0 makespan >= max((progress +
+    load) / GPUs, longest job). Sharing: a held GPU delivers at most ``kappa``
+    of compute/memory work per second (``sharing_kappa``), so held >= W / kappa
+    with W that work: capacity <= kappa x progress / W, makespan >= max(W /
+    (kappa x GPUs), longest job). Any scheduler: a job takes at least its alone
+    duration plus its first load, so mean JCT >= their mean and stretch >= 1.
+    """
+    kappa = sharing_kappa(interference, result.max_residents)
+    longest = max(result.alone_s, default=0.0)
+    g = max(result.gpus, 1)
+    exclusive_held = result.progress_gpu_s + result.load_gpu_s
+    shared_held = result.net_work_gpu_s / kappa
+
+    def per_h(makespan: float) -> float:
+        return result.jobs * 3600 / makespan if makespan > 0 else 0.0
+
+    return Bounds(
+        exclusive_capacity=result.progress_gpu_s / exclusive_held if exclusive_held else 0.0,
+        sharing_capacity=result.progress_gpu_s / shared_held if shared_held else 0.0,
+        exclusive_closed_per_h=per_h(max(exclusive_held / g, longest)),
+        sharing_closed_per_h=per_h(max(shared_held / g, longest)),
+        jct_mean_s=sum(result.alone_s) / len(result.alone_s) if result.alone_s else 0.0,
+        top_stretch=1.0,
+        kappa=kappa,
+    )

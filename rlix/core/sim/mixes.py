@@ -10,6 +10,7 @@ policy; docs/simulator.md records why each number was chosen.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -115,6 +116,63 @@ def _build(
     return Mix(name, description, nodes, 8, drawn, load)
 
 
+DAY_S = 86400.0
+DIURNAL_SWING = 0.6  # peak rate 1.6x the mean, trough 0.4x
+BURST = 4  # sweep jobs submitted together (one hyper-parameter sweep)
+ITERATIONS_MEDIAN, ITERATIONS_SIGMA, ITERATIONS_RANGE = 60, 1.0, (5, 1500)
+
+
+def _diurnal_times(count: int, window: float, rng: random.Random) -> list[float]:
+    """``count`` arrival times in [0, window) with rate proportional to
+    1 + DIURNAL_SWING * sin(2 pi t / day), by thinning uniform draws."""
+    times: list[float] = []
+    while len(times) < count:
+        t = rng.uniform(0.0, window)
+        rate = 1.0 + DIURNAL_SWING * math.sin(2 * math.pi * t / DAY_S)
+        if rng.random() * (1.0 + DIURNAL_SWING) < rate:
+            times.append(t)
+    return sorted(times)
+
+
+def _build_trace(name: str, description: str, *, nodes: int, jobs: int, seed: int) -> Mix:
+    """mixed-tenants' population with trace-like arrivals and heavy-tailed sizes.
+
+    Public GPU-cluster traces (Microsoft Philly: Jeon et al., USENIX ATC 2019;
+    SenseTime Helios: Hu et al., SC 2021) show submissions that follow the
+    working day, jobs submitted in batches (sweeps), and job durations spread
+    over orders of magnitude with a few long jobs holding most GPU-time. So:
+    arrivals are a diurnal non-homogeneous Poisson process, sweep jobs come in
+    bursts of ``BURST`` at one instant, and iterations are lognormal (median
+    60, sigma 1.0, clipped to 5-1,500) instead of uniform.
+    """
+    rng = random.Random(f"{seed}/{name}")
+    lo, hi = ITERATIONS_RANGE
+    drawn = [
+        replace(
+            j,
+            iterations=min(
+                hi,
+                max(lo, round(rng.lognormvariate(math.log(ITERATIONS_MEDIAN), ITERATIONS_SIGMA))),
+            ),
+        )
+        for j in _draw(MIXED_TENANTS, jobs, rng)
+    ]
+    load = 1.3
+    window = sum(expected_gpu_s(j) for j in drawn) / (load * nodes * 8)
+    times = iter(_diurnal_times(jobs, window, rng))
+    out: list[JobSpec] = []
+    t, burst_left = 0.0, 0
+    for j in drawn:
+        if j.tenant != "sweep" or burst_left == 0:
+            t = next(times)
+            burst_left = BURST if j.tenant == "sweep" else 0
+        if j.tenant == "sweep":
+            burst_left -= 1
+        out.append(replace(j, arrival_s=t))
+    ordered = sorted(out, key=lambda j: (j.arrival_s, j.index))
+    return Mix(name, description, nodes, 8, tuple(ordered), load)
+
+
 MIXES: dict[str, tuple[str, Callable[[int], Mix]]] = {
     "small-lab": (
         "16 nodes x 8 H200, 200 jobs of one lab, equal priority, 1.5B-32B models",
@@ -133,6 +191,11 @@ MIXES: dict[str, tuple[str, Callable[[int], Mix]]] = {
         "32 nodes, 300 agentic jobs: heavier tail (sigma 1.5, 32K cap), 35% tool waits",
         lambda seed: _build("agentic", MIXES["agentic"][0], AGENTIC, nodes=32, jobs=300, seed=seed),
     ),
+    "trace": (
+        "64 nodes, 600 jobs drawn like mixed-tenants; diurnal, bursty arrivals and "
+        "heavy-tailed (lognormal) job sizes, as in the Philly and Helios traces",
+        lambda seed: _build_trace("trace", MIXES["trace"][0], nodes=64, jobs=600, seed=seed),
+    ),
     "scale": (
         "1,000 nodes x 8 GPUs, 5,000 jobs drawn like mixed-tenants (the speed test)",
         lambda seed: _build(
@@ -142,11 +205,24 @@ MIXES: dict[str, tuple[str, Callable[[int], Mix]]] = {
 }
 
 
-def make_mix(name: str, seed: int = 0, jobs: int | None = None) -> Mix:
-    """Build the named mix; ``jobs`` truncates it (keeps arrivals) for quick runs."""
+def make_mix(
+    name: str, seed: int = 0, jobs: int | None = None, gpu_memory_utilization: float = 0.0
+) -> Mix:
+    """Build the named mix; ``jobs`` truncates it (keeps arrivals) for quick runs;
+    ``gpu_memory_utilization`` sets vLLM's preallocation on every job (0: none)."""
     if name not in MIXES:
         raise KeyError(f"unknown mix {name!r}; known: {', '.join(MIXES)}")
     mix = MIXES[name][1](seed)
     if jobs is not None:
         mix = replace(mix, jobs=mix.jobs[:jobs])
+    if gpu_memory_utilization:
+        specs = tuple(replace(j, gpu_memory_utilization=gpu_memory_utilization) for j in mix.jobs)
+        mix = replace(mix, jobs=specs)
     return mix
+
+
+def closed_batch(mix: Mix) -> Mix:
+    """The same jobs, all submitted at t=0: throughput is then jobs / makespan,
+    set by how much work a scheduler fits, not by when the last job arrived."""
+    jobs = tuple(replace(j, arrival_s=0.0) for j in mix.jobs)
+    return replace(mix, name=f"{mix.name}-closed", jobs=jobs)

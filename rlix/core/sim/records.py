@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from rlix.core.policy.admission import Admission, GangRequest
 from rlix.core.sim import hardware as hw
+from rlix.core.sim.interference import DEFAULT, Interference
 from rlix.core.snapshot import ClusterSnapshot
 
 RESUME_RETRY_S = 60.0  # how often a parked job re-checks its node without a departure
@@ -19,6 +20,7 @@ class SimConfig:
     suspend_bytes_per_s: float = hw.PCIE_D2H_BYTES_PER_S
     restore_bytes_per_s: float = hw.PCIE_H2D_BYTES_PER_S
     memory_mib: int = hw.H200_MEMORY_MIB
+    interference: Interference = DEFAULT  # I[victim][co-runner]; see interference.py
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,18 @@ class JobSpec:
     env_wait: float = 0.0  # agentic: fraction of rollout time spent waiting on tools
     ckpt_every: int = 10  # iterations between checkpoints (verl save_freq)
     index: int = 0  # position in the mix; seeds the job's random stream
+    # vLLM's gpu_memory_utilization: 0 sizes the rollout's KV cache to the
+    # batch (what the job needs; optimistic); a fraction in (0, 1) makes the
+    # rollout engine take that share of the GPU up front, as vLLM does (it
+    # preallocates weights + KV to the fraction whatever the batch needs).
+    gpu_memory_utilization: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gpu_memory_utilization < 1.0:
+            raise ValueError(
+                f"job {self.name!r}: gpu_memory_utilization {self.gpu_memory_utilization} "
+                "is not in [0, 1)"
+            )
 
     @property
     def pods(self) -> int:
@@ -175,21 +187,45 @@ class JobProfile:
         return self.sequences * (self.spec.prompt_tokens + self.mean_response)
 
     @cached_property
-    def kv_bytes_per_gpu(self) -> float:
-        """KV cache sized to the replica's concurrent batch at mean context."""
-        per_replica = min(VLLM_MAX_NUM_SEQS, -(-self.sequences // self.replicas))
-        context = self.spec.prompt_tokens + self.mean_response
-        wanted = per_replica * context * self.size.kv_bytes_per_token / self.size.rollout_tp
+    def kv_budget_bytes(self) -> float:
+        """Most KV cache the rollout engine may hold on one GPU."""
         weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
-        budget = ROLLOUT_MEMORY_FRACTION * hw.H200_MEMORY_MIB * hw.MIB - weights
-        return max(0.0, min(wanted, budget - hw.CUDA_CONTEXT_BYTES))
+        fraction = self.spec.gpu_memory_utilization or ROLLOUT_MEMORY_FRACTION
+        budget = fraction * hw.H200_MEMORY_MIB * hw.MIB - weights
+        return max(0.0, budget - hw.CUDA_CONTEXT_BYTES)
+
+    @property
+    def batch_per_replica(self) -> int:
+        """Sequences a replica decodes concurrently (vLLM's max_num_seqs caps it)."""
+        return min(VLLM_MAX_NUM_SEQS, -(-self.sequences // self.replicas))
+
+    @cached_property
+    def kv_bytes_per_gpu(self) -> float:
+        """Resident KV cache: the whole budget when the engine preallocates
+        (gpu_memory_utilization set), else the concurrent batch at mean context."""
+        if self.spec.gpu_memory_utilization:
+            return self.kv_budget_bytes
+        context = self.spec.prompt_tokens + self.mean_response
+        wanted = self.batch_per_replica * context * self.size.kv_bytes_per_token
+        return min(wanted / self.size.rollout_tp, self.kv_budget_bytes)
+
+    def decode_step_s(self, active: float, context: float) -> float:
+        """One decode step with ``active`` of the batch still decoding at mean ``context``.
+
+        A step reads this GPU's weights once and the KV cache of the sequences
+        still decoding (finished ones are freed), so it shrinks as the batch
+        empties, down to the weight read: a tail of 3 sequences steps faster
+        than a full batch, though not 40x faster.
+        """
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
+        kv = active * self.batch_per_replica * context * self.size.kv_bytes_per_token
+        traffic = weights + min(kv / self.size.rollout_tp, self.kv_budget_bytes)
+        return traffic / (hw.H200_HBM_BYTES_PER_S * hw.DECODE_BW_EFFICIENCY)
 
     @cached_property
     def step_s(self) -> float:
-        """One decode step: read this GPU's weights and (on average) half its KV cache."""
-        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
-        traffic = weights + self.kv_bytes_per_gpu / 2
-        return traffic / (hw.H200_HBM_BYTES_PER_S * hw.DECODE_BW_EFFICIENCY)
+        """A full-batch decode step at mean context halfway through decoding."""
+        return self.decode_step_s(1.0, self.spec.prompt_tokens + self.mean_response / 2)
 
     @cached_property
     def scoring_s(self) -> float:
@@ -224,6 +260,12 @@ class JobProfile:
     @cached_property
     def memory_mib(self) -> dict[Phase, int]:
         return {p: hw.mib(b) for p, b in self.memory_bytes.items()}
+
+    @property
+    def first_load_s(self) -> float:
+        """First start: fixed start cost plus reading the bf16 weights from storage."""
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.spec.gpus
+        return hw.RESTART_FIXED_S + weights / hw.CHECKPOINT_READ_BYTES_PER_S
 
     @cached_property
     def checkpoint_bytes_per_gpu(self) -> float:
@@ -266,12 +308,15 @@ class JobProfile:
     def rollout_segments(self, longest: float) -> tuple[float, float, float, float]:
         """(bulk_s, bulk_demand, tail_s, tail_demand) for an iteration's longest response."""
         stretch = 1.0 / (1.0 - self.spec.env_wait)  # tool waits stretch wall time
-        q = self.bulk_tokens
+        q, prompt = self.bulk_tokens, self.spec.prompt_tokens
         longest = max(longest, q)
-        bulk_s = q * self.step_s * stretch
-        tail_s = (longest - q) * self.step_s * stretch
         keep = 1.0 - self.spec.env_wait
         tail_demand = min(1.0, self.tail_excess_tokens / (longest - q)) if longest > q else 0.0
+        # Steps shrink with the active batch (decode_step_s): the bulk at its
+        # mean active fraction and mid-bulk context, the tail at its own.
+        bulk_s = q * self.decode_step_s(self.bulk_demand, prompt + q / 2) * stretch
+        tail_step = self.decode_step_s(tail_demand, prompt + (q + longest) / 2)
+        tail_s = (longest - q) * tail_step * stretch
         return bulk_s, self.bulk_demand * keep, tail_s, tail_demand * keep
 
     def timeline(self, seed: int) -> Timeline:
@@ -289,14 +334,17 @@ class JobProfile:
             durations.extend((bulk_s, tail_s, self.scoring_s, self.training_s))
             durations.append(self.weight_sync_s)
             demands.extend((bulk_d, tail_d, 1.0, 1.0, 1.0))
-            pressures.extend((keep, self.tail_pressure(longest) * keep, 1.0, 1.0, 1.0))
+            # A segment cannot deliver more than its running kernels occupy:
+            # pressure >= demand (the sharing bound in metrics.py relies on it).
+            tail_p = max(self.tail_pressure(longest) * keep, tail_d)
+            pressures.extend((keep, tail_p, 1.0, 1.0, 1.0))
         return Timeline.build(durations, demands, pressures)
 
 
 _DERIVED = (
     "size", "_lengths", "_quadrature", "mean_response", "bulk_tokens", "bulk_demand",
-    "tail_excess_tokens", "kv_bytes_per_gpu", "step_s", "scoring_s", "training_s",
-    "weight_sync_s", "memory_bytes", "memory_mib", "checkpoint_bytes_per_gpu",
+    "tail_excess_tokens", "kv_budget_bytes", "kv_bytes_per_gpu", "step_s", "scoring_s",
+    "training_s", "weight_sync_s", "memory_bytes", "memory_mib", "checkpoint_bytes_per_gpu",
     "_tail_pressure_table",
 )  # fmt: skip
 _PROFILES: dict[JobSpec, JobProfile] = {}
@@ -363,9 +411,18 @@ class Timeline:
     def total_s(self) -> float:
         return self.ends[-1] if self.ends else 0.0
 
-    def busy_gpu_s(self) -> float:
-        """Demand-weighted seconds per GPU (the work an exclusive GPU does)."""
-        return sum(d * w for d, w in zip(self.durations, self.demands, strict=True))
+    def busy_gpu_s(self, skip_network: bool = False) -> float:
+        """Demand-weighted seconds per GPU (the work an exclusive GPU does).
+
+        ``skip_network`` leaves out weight-sync segments: copies overlap with
+        kernels almost freely, so the sharing bound counts only the rest.
+        """
+        sync = SEGMENTS_PER_ITERATION - 1
+        return sum(
+            d * w
+            for i, (d, w) in enumerate(zip(self.durations, self.demands, strict=True))
+            if not (skip_network and i % SEGMENTS_PER_ITERATION == sync)
+        )
 
     def iteration_start(self, iteration: int) -> float:
         return self.ends[iteration * SEGMENTS_PER_ITERATION - 1] if iteration > 0 else 0.0

@@ -1,0 +1,61 @@
+"""bench/simulate.py's table and matrix loading, on a two-job scenario (no full mix)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from rlix.core.sim.engine import simulate
+from rlix.core.sim.interference import DEFAULT
+from rlix.core.sim.metrics import bounds
+from rlix.core.sim.mixes import closed_batch
+from rlix.core.sim.schedulers import kube_default, rlix
+from tests.core.test_sim_helpers import mix_of, spec
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "simulate.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    loaded = importlib.util.spec_from_file_location("bench_simulate", SCRIPT)
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules["bench_simulate"] = module  # dataclasses resolve their module
+    loaded.loader.exec_module(module)
+    return module
+
+
+def test_table_has_every_measure_a_spread_and_the_ratio_to_the_best_baseline(
+    bench: ModuleType,
+) -> None:
+    runs = bench.Runs()
+    for seed in (0, 1, 2):
+        mix = mix_of(spec("t/a", 0, priority=10), spec("t/b", 1, arrival=float(seed)))
+        for name, make in (("kube-default", kube_default), ("rlix", rlix)):
+            runs.open.setdefault(name, []).append(simulate(mix, make()))
+            runs.closed.setdefault(name, []).append(simulate(closed_batch(mix), make()))
+        runs.bounds.append(bounds(runs.closed["rlix"][-1], DEFAULT))
+    text = bench.table(runs)
+    for label in ("capacity, closed batch", "closed-batch throughput", "mean JCT, priority 10",
+                  "stretch, top priority (10)", "GPU time: empty, jobs waiting"):  # fmt: skip
+        assert label in text
+    capacity = next(line for line in text.splitlines() if "capacity, closed batch" in line)
+    assert "excl " in capacity and "share " in capacity
+    assert "x (kube-default)" in capacity
+    assert bench.spread([3.0, 1.0, 2.0], "{:.1f}") == "2.0 (1.0-3.0)"
+
+
+def test_a_bad_interference_file_is_refused_naming_the_file_and_cell(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    bad = tmp_path / "matrix.json"
+    bad.write_text(json.dumps({"time_slicing": {"slowdown": {}}}), encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"matrix\.json: .*slowdown\.compute is missing"):
+        bench.load_interference(bad, "time_slicing")
+    good = SCRIPT.parent / "results" / "gpu_interference.json"
+    assert bench.load_interference(good, "time_slicing").cells == DEFAULT.cells

@@ -1,0 +1,83 @@
+"""The measures that can show a gain, on scenarios small enough to compute by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlix.core.phases import Shape
+from rlix.core.sim.engine import SimConfig, simulate
+from rlix.core.sim.interference import ASSUMED, MEASURED_H200, SHAPES, Interference
+from rlix.core.sim.metrics import bounds, sharing_kappa
+from rlix.core.sim.mixes import closed_batch, make_mix
+from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler, gang_binpack, kube_default
+from rlix.core.sim.workload import JobProfile
+from tests.core.test_sim_helpers import MemoryShare, load_s, mix_of, spec
+
+
+def test_exclusive_back_to_back_has_capacity_one_less_the_loads() -> None:
+    a, b = spec("t/a", 0), spec("t/b", 1)
+    result = simulate(mix_of(a, b), kube_default())
+    alone = JobProfile(a).timeline(0).total_s
+    assert result.capacity == pytest.approx(alone / (alone + load_s(a)))
+    # Held the whole makespan: no empty GPU time, and the shares add up to 1.
+    shares = result.categories()
+    assert shares["empty, jobs waiting"] == pytest.approx(0.0)
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert result.closed_per_h == pytest.approx(2 * 3600 / (2 * (alone + load_s(a))))
+
+
+def test_a_job_too_big_for_the_free_gpus_leaves_them_empty_while_it_waits() -> None:
+    # Two 4-GPU jobs, then an 8-GPU one: when the first ends, 4 GPUs sit empty
+    # while the 8-GPU job waits for the second.
+    short = spec("t/short", 0, gpus=4, iterations=5)
+    long = spec("t/long", 1, gpus=4, iterations=20)
+    wide = spec("t/wide", 2, arrival=1.0)
+    result = simulate(mix_of(short, long, wide), kube_default())
+    gap = (load_s(long) + JobProfile(long).timeline(0).total_s) - (
+        load_s(short) + JobProfile(short).timeline(0).total_s
+    )
+    waiting = result.categories()["empty, jobs waiting"] * result.gpus * result.makespan_s
+    assert waiting == pytest.approx(4 * gap, rel=1e-6)
+
+
+def test_per_class_jct_and_top_stretch() -> None:
+    low = spec("t/low", 0, priority=0)
+    high = spec("t/high", 1, arrival=1.0, priority=10)
+    result = simulate(mix_of(low, high), kube_default())  # FIFO, no preemption
+    alone = load_s(low) + JobProfile(low).timeline(0).total_s
+    classes = result.by_class()
+    assert list(classes) == [10, 0]
+    assert classes[0][2] == pytest.approx(1.0)
+    assert result.top_stretch == pytest.approx((2 * alone - 1.0) / alone)
+
+
+def test_sharing_kappa_is_the_closed_form() -> None:
+    assert sharing_kappa(ASSUMED, 1) == 1.0
+    assert sharing_kappa(ASSUMED, 2) == pytest.approx(2 / 1.3)
+    assert sharing_kappa(MEASURED_H200, 4) == pytest.approx(4 / (1 + 0.573 * 3))
+    # Two saturating kernels that slow each other by more than the time-slice.
+    heavy = Interference("heavy", "test", tuple((a, b, 1.2) for a in SHAPES for b in SHAPES))
+    assert sharing_kappa(heavy, 8) == 1.0
+    assert Shape.NETWORK in SHAPES
+
+
+@pytest.mark.parametrize("interference", [ASSUMED, MEASURED_H200], ids=["assumed", "measured"])
+def test_every_scheduler_stays_within_its_bounds(interference: Interference) -> None:
+    config = SimConfig(interference=interference)
+    mix = closed_batch(make_mix("small-lab", seed=2, jobs=30))
+    share = Scheduler("share", MemoryShare(), QueueOrder.FIFO, Preemption.NONE)
+    for scheduler in (kube_default(), gang_binpack(), share):
+        result = simulate(mix, scheduler, config)
+        limit = bounds(result, config.interference)
+        assert result.jobs == 30
+        assert limit.exclusive_capacity <= 1.0 < limit.sharing_capacity
+        if not scheduler.policy.shares_gpus:
+            assert result.capacity <= limit.exclusive_capacity * (1 + 1e-9)
+            assert result.closed_per_h <= limit.exclusive_closed_per_h * (1 + 1e-9)
+        # 1e-9: the longest job alone can set both bounds, which a run meets
+        # up to float rounding.
+        assert result.capacity <= limit.sharing_capacity * (1 + 1e-9)
+        assert result.closed_per_h <= limit.sharing_closed_per_h * (1 + 1e-9)
+        assert result.jct_mean_s >= limit.jct_mean_s
+        assert result.top_stretch >= 1.0
+        assert sum(result.categories().values()) == pytest.approx(1.0)
