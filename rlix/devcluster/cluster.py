@@ -305,6 +305,12 @@ class DevCluster:
 
     def _kwokctl_config(self) -> dict[str, Any]:
         b = self.bin_dir
+        # Our own ports, not kwokctl's: it counts down from 32767 and checks each
+        # port once, so two clusters created side by side (an e2e probe session
+        # beside the main one, parallel developers' runs) pick the same numbers
+        # and one etcd dies with "address already in use". free_ports() picks at
+        # random below the ephemeral range and holds all six until chosen.
+        api, etcd, etcd_peer, kcm, sched, kwok = processes.free_ports(6)
         return {
             "apiVersion": KWOKCTL_API,
             "kind": "KwokctlConfiguration",
@@ -320,6 +326,12 @@ class DevCluster:
                 "kubectlBinary": str(b / "kubectl"),
                 "etcdBinary": str(b / "etcd"),
                 "kwokControllerBinary": str(b / "kwok"),
+                "kubeApiserverPort": api,
+                "etcdPort": etcd,
+                "etcdPeerPort": etcd_peer,
+                "kubeControllerManagerPort": kcm,
+                "kubeSchedulerPort": sched,
+                "kwokControllerPort": kwok,
             },
             "componentsPatches": self._component_patches(),
         }
