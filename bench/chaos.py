@@ -85,6 +85,11 @@ class Tallies:
     max_promised: int = 0
     over_promised_samples: int = 0
     samples: int = 0
+    # Samples whose job list and pod list disagree: a job's state changed
+    # between the two job lists taken around the pod list.
+    torn_samples: int = 0
+    torn_over_promised: int = 0
+    first_torn_over_promise: dict[str, Any] = field(default_factory=dict)
     gone_while_suspended: int = 0
     first_over_promise: dict[str, Any] = field(default_factory=dict)
     last_refusals: list[str] = field(default_factory=list)
@@ -139,7 +144,9 @@ class Chaos(Demo):
                 time.sleep(1)
                 continue
             self._step_pods(kube, runtime, view.pods)
-            self._check(view)
+            if not self._sample(kube, view):
+                time.sleep(1)
+                continue
             states = {
                 j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
                 for j in view.rljobs
@@ -253,7 +260,65 @@ class Chaos(Demo):
                 self.in_flight.pop(pod.uid, None)
 
     # -- invariants -------------------------------------------------------------------
-    def _check(self, view: Any) -> None:
+    def _sample(self, kube: Any, view: Any) -> bool:
+        """Check the invariants on one view; False when the second job list failed."""
+        try:
+            after = kube.rljobs(self.namespace)
+        except Exception as exc:  # the API server itself is not killed; be patient
+            self.log(f"  (listing failed: {exc})")
+            return False
+        self._check(view, after)
+        if self.t.first_over_promise and "gpu_residents" not in self.t.first_over_promise:
+            self.t.first_over_promise["gpu_residents"] = self._gpu_residents(kube, view)
+        return True
+
+    def _gpu_residents(self, kube: Any, view: Any) -> dict[str, list[str]]:
+        """Who holds each GPU: bound pods by their GPU indices, admitted pods by the ledger.
+
+        Shows whether an over-promise by GPU count is RLix sharing GPUs by
+        memory (several residents per GPU) or more GPUs given than exist.
+        """
+        out: dict[str, list[str]] = defaultdict(list)
+        for pod in view.pods:
+            meta = pod["metadata"]
+            notes = meta.get("annotations") or {}
+            if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+                "Succeeded",
+                "Failed",
+            ):
+                continue
+            node = pod["spec"].get("nodeName") or notes.get(names.ANNOTATION_ADMITTED_NODE, "-")
+            label = (
+                f"{meta['name']}[{notes.get(names.ANNOTATION_PHASE, '-')}"
+                f"{',suspended' if notes.get(names.ANNOTATION_SUSPENDED) == 'true' else ''}]"
+            )
+            for index in (notes.get(names.ANNOTATION_GPU_INDICES) or "?").split(","):
+                out[f"{node}/{index}"].append(label)
+        try:
+            cm = kube._raw(
+                kube._core.read_namespaced_config_map, "rlix-admission-ledger", "default"
+            )
+            ledger = json.loads((cm.get("data") or {}).get("admitted.json") or "{}")
+        except Exception as exc:  # diagnostics only
+            return {"error": [str(exc)], **out}
+        live = {p["metadata"]["name"] for p in view.pods}
+        for entry in ledger.values():
+            for pod, (node, gpus) in entry["pods"].items():
+                if pod.split("/", 1)[1] not in live:
+                    for index in gpus:
+                        out[f"{node}/{index}"].append(f"{pod.split('/', 1)[1]}[planned]")
+        return dict(sorted(out.items()))
+
+    def _check(self, view: Any, after: list[dict[str, Any]]) -> None:
+        """Check one sample: jobs listed, then pods, then jobs again.
+
+        The two lists are not one snapshot: a job admitted (and its pods
+        started) between them would show as ``Queued`` with running pods, and
+        a finished job's freed GPUs as still promised. So the jobs are listed
+        again after the pods; a sample in which any job's state differs
+        between the two job lists is torn (no single moment had it) and is
+        counted apart, never as an over-promise.
+        """
         for pod in view.pods:
             meta = pod["metadata"]
             self.t.uids_by_pod[meta["name"]].add(meta["uid"])
@@ -282,6 +347,18 @@ class Chaos(Demo):
                 for c in pod["spec"].get("containers", [])
             )
         self.t.samples += 1
+        later = {j["metadata"]["name"]: (j.get("status") or {}).get("state") for j in after}
+        torn = sorted(n for n in state.keys() | later.keys() if state.get(n) != later.get(n))
+        if torn:
+            self.t.torn_samples += 1
+            if promised > self.capacity:
+                self.t.torn_over_promised += 1
+                if not self.t.first_torn_over_promise:
+                    self.t.first_torn_over_promise = {
+                        "promised": promised,
+                        "changed_between_lists": {n: [state.get(n), later.get(n)] for n in torn},
+                    }
+            return
         self.t.max_promised = max(self.t.max_promised, promised)
         if promised > self.capacity:
             self.t.over_promised_samples += 1
@@ -342,7 +419,10 @@ class Chaos(Demo):
             "max_gpus_promised": self.t.max_promised,
             "samples_over_promised": self.t.over_promised_samples,
             "samples": self.t.samples,
+            "samples_torn": self.t.torn_samples,
+            "samples_torn_over_promised": self.t.torn_over_promised,
             "first_over_promise": self.t.first_over_promise,
+            "first_torn_over_promise": self.t.first_torn_over_promise,
             "last_refusals": self.t.last_refusals[-20:],
             "checks": checks,
         }
@@ -394,6 +474,10 @@ def report(result: dict[str, Any], argv: list[str]) -> str:
         f"| suspensions in flight when their agent was killed | "
         f"{c['suspensions_in_flight_at_agent_kill']} |",
         f"| GPUs / most ever promised | {c['gpus']} / {c['max_gpus_promised']} |",
+        f"| samples: all / over-promised (not torn) / torn (job state changed between the "
+        f"job lists around the pod list; not judged) / torn over-promised | "
+        f"{c['samples']} / {c['samples_over_promised']} / {c['samples_torn']} / "
+        f"{c['samples_torn_over_promised']} |",
         f"| wall time | {result['demo']['wall_s']} s |",
         "",
         "| invariant | held |",
