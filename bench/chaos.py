@@ -38,16 +38,20 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rlix.core import names
+from rlix.core.policy.placement.loads import node_load
+from rlix.core.validation import parse
 from rlix.demo.components import Components
 from rlix.demo.pods import PodRuntime
 from rlix.demo.runner import FINISHED, Demo, DemoOptions
 from rlix.demo.workload import COLOCATED, ROLL, TRAIN, DemoJob, DemoRole
 from rlix.devcluster.processes import Component
+from rlix.operator.pods import planned_workloads
+from rlix.operator.snapshots import build_snapshot
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHORT = {"rollout": 1.2, "scoring": 0.3, "training": 0.8, "weight-sync": 0.2}
@@ -85,8 +89,17 @@ class Tallies:
     max_promised: int = 0
     over_promised_samples: int = 0
     samples: int = 0
+    # Samples whose job list and pod list disagree: a job's state changed
+    # between the two job lists taken around the pod list.
+    torn_samples: int = 0
+    torn_over_promised: int = 0
+    first_torn_over_promise: dict[str, Any] = field(default_factory=dict)
     gone_while_suspended: int = 0
     first_over_promise: dict[str, Any] = field(default_factory=dict)
+    # Untorn samples over by GPU count in which some GPU is also promised more
+    # memory than it has (RLix time-shares a GPU when the memory fits).
+    memory_over_promised: int = 0
+    first_memory_over_promise: list[str] = field(default_factory=list)
     last_refusals: list[str] = field(default_factory=list)
 
 
@@ -139,7 +152,9 @@ class Chaos(Demo):
                 time.sleep(1)
                 continue
             self._step_pods(kube, runtime, view.pods)
-            self._check(view)
+            if not self._sample(kube, view):
+                time.sleep(1)
+                continue
             states = {
                 j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
                 for j in view.rljobs
@@ -253,7 +268,107 @@ class Chaos(Demo):
                 self.in_flight.pop(pod.uid, None)
 
     # -- invariants -------------------------------------------------------------------
-    def _check(self, view: Any) -> None:
+    def _sample(self, kube: Any, view: Any) -> bool:
+        """Check the invariants on one view; False when the second job list failed."""
+        try:
+            after = kube.rljobs(self.namespace)
+        except Exception as exc:  # the API server itself is not killed; be patient
+            self.log(f"  (listing failed: {exc})")
+            return False
+        before = self.t.over_promised_samples
+        self._check(view, after)
+        if self.t.over_promised_samples > before:
+            over = self._memory_over(kube, view)
+            if over:
+                self.t.memory_over_promised += 1
+                self.t.first_memory_over_promise = self.t.first_memory_over_promise or over
+        if self.t.first_over_promise and "gpu_residents" not in self.t.first_over_promise:
+            self.t.first_over_promise["gpu_residents"] = self._gpu_residents(kube, view)
+        return True
+
+    def _memory_over(self, kube: Any, view: Any) -> list[str]:
+        """GPUs promised more memory than they have, by the core's own accounting.
+
+        Live pods, plus the ledger's placements of admitted pods not created
+        yet, each owing per GPU what ``node_load`` charges it.
+        """
+        try:
+            cm = kube._raw(
+                kube._core.read_namespaced_config_map, "rlix-admission-ledger", "default"
+            )
+            ledger = json.loads((cm.get("data") or {}).get("admitted.json") or "{}")
+        except Exception as exc:  # diagnostics only
+            return [f"ledger unreadable: {exc}"]
+        live = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in view.pods}
+        planned = []
+        for job in view.rljobs:
+            meta = job["metadata"]
+            entry = ledger.get(f"{meta['namespace']}/{meta['name']}")
+            typed, _ = parse({k: v for k, v in job.items() if k != "status"})
+            if entry is None or typed is None:
+                continue
+            for w in planned_workloads(typed):
+                place = entry["pods"].get(w.name)
+                if place is not None and w.name not in live:
+                    planned.append(replace(w, node=place[0], gpu_indices=tuple(place[1])))
+        snapshot = build_snapshot(view.nodes, view.pods, planned)
+        over = []
+        for name, node in snapshot.nodes.items():
+            for g in node_load(node, snapshot.on_node(name)).gpus:
+                if g.capacity_mib and sum(g.debts) > g.capacity_mib:
+                    who = ", ".join(
+                        f"{w.name}:{d}" for w, d in zip(g.residents, g.debts, strict=True)
+                    )
+                    over.append(f"{name}/{g.index}: {sum(g.debts)} > {g.capacity_mib} MiB ({who})")
+        return over
+
+    def _gpu_residents(self, kube: Any, view: Any) -> dict[str, list[str]]:
+        """Who holds each GPU: bound pods by their GPU indices, admitted pods by the ledger.
+
+        Shows whether an over-promise by GPU count is RLix sharing GPUs by
+        memory (several residents per GPU) or more GPUs given than exist.
+        """
+        out: dict[str, list[str]] = defaultdict(list)
+        for pod in view.pods:
+            meta = pod["metadata"]
+            notes = meta.get("annotations") or {}
+            if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+                "Succeeded",
+                "Failed",
+            ):
+                continue
+            node = pod["spec"].get("nodeName") or notes.get(names.ANNOTATION_ADMITTED_NODE, "-")
+            label = (
+                f"{meta['name']}[{notes.get(names.ANNOTATION_PHASE, '-')}"
+                f"{',suspended' if notes.get(names.ANNOTATION_SUSPENDED) == 'true' else ''}]"
+            )
+            for index in (notes.get(names.ANNOTATION_GPU_INDICES) or "?").split(","):
+                out[f"{node}/{index}"].append(label)
+        try:
+            cm = kube._raw(
+                kube._core.read_namespaced_config_map, "rlix-admission-ledger", "default"
+            )
+            ledger = json.loads((cm.get("data") or {}).get("admitted.json") or "{}")
+        except Exception as exc:  # diagnostics only
+            return {"error": [str(exc)], **out}
+        live = {p["metadata"]["name"] for p in view.pods}
+        for entry in ledger.values():
+            for pod, (node, gpus) in entry["pods"].items():
+                if pod.split("/", 1)[1] not in live:
+                    for index in gpus:
+                        out[f"{node}/{index}"].append(f"{pod.split('/', 1)[1]}[planned]")
+        return dict(sorted(out.items()))
+
+    def _check(self, view: Any, after: list[dict[str, Any]]) -> None:
+        """Check one sample: jobs listed, then pods, then jobs again.
+
+        The two lists are not one snapshot: a job admitted (and its pods
+        started) between them would show as ``Queued`` with running pods, and
+        a finished job's freed GPUs as still promised. So the jobs are listed
+        again after the pods; a sample in which any job's state differs
+        between the two job lists is torn (no single moment had it) and is
+        counted apart, never as an over-promise.
+        """
         for pod in view.pods:
             meta = pod["metadata"]
             self.t.uids_by_pod[meta["name"]].add(meta["uid"])
@@ -282,6 +397,18 @@ class Chaos(Demo):
                 for c in pod["spec"].get("containers", [])
             )
         self.t.samples += 1
+        later = {j["metadata"]["name"]: (j.get("status") or {}).get("state") for j in after}
+        torn = sorted(n for n in state.keys() | later.keys() if state.get(n) != later.get(n))
+        if torn:
+            self.t.torn_samples += 1
+            if promised > self.capacity:
+                self.t.torn_over_promised += 1
+                if not self.t.first_torn_over_promise:
+                    self.t.first_torn_over_promise = {
+                        "promised": promised,
+                        "changed_between_lists": {n: [state.get(n), later.get(n)] for n in torn},
+                    }
+            return
         self.t.max_promised = max(self.t.max_promised, promised)
         if promised > self.capacity:
             self.t.over_promised_samples += 1
@@ -342,7 +469,12 @@ class Chaos(Demo):
             "max_gpus_promised": self.t.max_promised,
             "samples_over_promised": self.t.over_promised_samples,
             "samples": self.t.samples,
+            "samples_torn": self.t.torn_samples,
+            "samples_over_promised_by_memory": self.t.memory_over_promised,
+            "first_memory_over_promise": self.t.first_memory_over_promise,
+            "samples_torn_over_promised": self.t.torn_over_promised,
             "first_over_promise": self.t.first_over_promise,
+            "first_torn_over_promise": self.t.first_torn_over_promise,
             "last_refusals": self.t.last_refusals[-20:],
             "checks": checks,
         }
@@ -394,6 +526,12 @@ def report(result: dict[str, Any], argv: list[str]) -> str:
         f"| suspensions in flight when their agent was killed | "
         f"{c['suspensions_in_flight_at_agent_kill']} |",
         f"| GPUs / most ever promised | {c['gpus']} / {c['max_gpus_promised']} |",
+        f"| samples: all / over-promised (not torn) / torn (job state changed between the "
+        f"job lists around the pod list; not judged) / torn over-promised | "
+        f"{c['samples']} / {c['samples_over_promised']} / {c['samples_torn']} / "
+        f"{c['samples_torn_over_promised']} |",
+        f"| of those over-promised, samples with a GPU promised more memory than it has | "
+        f"{c['samples_over_promised_by_memory']} |",
         f"| wall time | {result['demo']['wall_s']} s |",
         "",
         "| invariant | held |",
@@ -429,13 +567,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=RESULTS / "chaos.md")
+    ap.add_argument(
+        "--cluster-name",
+        default="rlix-chaos",
+        help="the local cluster's name (two runs side by side need two names)",
+    )
     ap.add_argument("--workdir", type=Path, help="keep logs and state here (default: a temp dir)")
     args = ap.parse_args(argv)
     options = DemoOptions(
         nodes=args.nodes,
         gpus=args.gpus,
         timeout_s=args.timeout,
-        cluster_name="rlix-chaos",
+        cluster_name=args.cluster_name,
         workdir=args.workdir,
     )
     chaos = Chaos(options, args)
