@@ -27,6 +27,23 @@ def get_json(cluster: Kubectl, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
+def rljob_status(cluster: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = get_json(cluster, "rlj", name, "-n", namespace).get("status", {})
+    return found
+
+
+def rljob_state(cluster: Kubectl, namespace: str, name: str) -> str | None:
+    value = rljob_status(cluster, namespace, name).get("state")
+    return str(value) if value else None
+
+
+def rljob_condition(
+    cluster: Kubectl, namespace: str, name: str, kind: str
+) -> dict[str, Any] | None:
+    conditions = rljob_status(cluster, namespace, name).get("conditions", [])
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
 def wait_for(
     what: str, probe: Callable[[], T | None], *, timeout_s: float = 60, every_s: float = 0.25
 ) -> T:

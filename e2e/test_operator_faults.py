@@ -14,7 +14,21 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, events_for, get_json, wait_for
+from e2e.kube import (
+    apply,
+    events_for,
+    get_json,
+    wait_for,
+)
+from e2e.kube import (
+    rljob_condition as condition,
+)
+from e2e.kube import (
+    rljob_state as state,
+)
+from e2e.kube import (
+    rljob_status as status,
+)
 from rlix.core import names
 
 # The e2e cluster: 4 nodes x 8 GPUs x 81920 MiB, 110 pod slots each.
@@ -49,21 +63,6 @@ def trainer(*, replicas: int = 1, gpus: int = 1, mib: int = 10000) -> dict[str, 
 def whole_cluster(name: str) -> dict[str, Any]:
     """Every GPU at 60000 of 81920 MiB: two of these can never run together."""
     return rljob(name, trainer(replicas=NODES, gpus=GPUS, mib=60000))
-
-
-def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = get_json(cluster, "rlj", name, "-n", namespace).get("status", {})
-    return found
-
-
-def state(cluster: Any, namespace: str, name: str) -> str | None:
-    value = status(cluster, namespace, name).get("state")
-    return str(value) if value else None
-
-
-def condition(cluster: Any, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
-    conditions = status(cluster, namespace, name).get("conditions", [])
-    return next((c for c in conditions if c["type"] == kind), None)
 
 
 def job_pods(cluster: Any, namespace: str, job: str) -> list[dict[str, Any]]:

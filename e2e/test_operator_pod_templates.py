@@ -16,7 +16,18 @@ import pytest
 import yaml
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, events_for, get_json, wait_for
+from e2e.kube import (
+    apply,
+    events_for,
+    get_json,
+    wait_for,
+)
+from e2e.kube import (
+    rljob_condition as condition,
+)
+from e2e.kube import (
+    rljob_state as state,
+)
 from rlix.core import names
 
 # The e2e cluster: 4 nodes x 8 GPUs.
@@ -53,21 +64,6 @@ def trainer(
 
 def container(**extra: Any) -> dict[str, Any]:
     return {"name": "trainer", "image": "example.com/trainer:1", **extra}
-
-
-def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = get_json(cluster, "rlj", name, "-n", namespace).get("status", {})
-    return found
-
-
-def state(cluster: Any, namespace: str, name: str) -> str | None:
-    value = status(cluster, namespace, name).get("state")
-    return str(value) if value else None
-
-
-def condition(cluster: Any, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
-    conditions = status(cluster, namespace, name).get("conditions", [])
-    return next((c for c in conditions if c["type"] == kind), None)
 
 
 def test_template_pods_carry_the_users_fields_rlixs_fields_and_a_real_priority(
