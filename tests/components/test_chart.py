@@ -1,9 +1,11 @@
-"""charts/rlix without a cluster: lint, generated CRDs, documented values."""
+"""charts/rlix without a cluster: lint, generated CRDs, documented values, the values schema."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -69,8 +71,16 @@ def test_every_value_is_documented() -> None:
         [],
         ["--set", "metrics.serviceMonitor.enabled=true"],
         ["--set", "global.imageRegistry=r.example"],
+        [
+            "--set",
+            "operator.podDisruptionBudget.enabled=true",
+            "--set",
+            "extender.podDisruptionBudget.enabled=true",
+            "--set",
+            "scheduler.podDisruptionBudget.enabled=true",
+        ],
     ],
-    ids=["defaults", "servicemonitor", "registry"],
+    ids=["defaults", "servicemonitor", "registry", "pdbs"],
 )
 def test_chart_renders_valid_yaml(values: list[str]) -> None:
     result = _helm("template", "t", str(CHART), "--kube-version", "1.35.4", *values)
@@ -104,3 +114,161 @@ def test_operator_mounts_the_socket_dir_the_agent_serves_in() -> None:
 
     assert "--socket=/var/run/rlix-test/agent.sock" in args_of("DaemonSet", "t-rlix-node-agent")
     assert "--agent-socket-dir=/var/run/rlix-test" in args_of("Deployment", "t-rlix-operator")
+
+
+def _render(*values: str, kube_version: str = "1.35.4") -> list[dict[str, Any]]:
+    result = _helm("template", "t", str(CHART), "--kube-version", kube_version, *values)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def _workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    (found,) = [
+        d
+        for d in docs
+        if d["kind"] in {"Deployment", "DaemonSet"}
+        and d["metadata"]["name"] == f"t-rlix-{component}"
+    ]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        (["--set", "operater.replicas=2"], "'operater'"),
+        (["--set", "operator.replcas=2"], "'replcas'"),
+        (["--set", "nodeAgent.image.repo=x"], "'repo'"),
+        (["--set", "metrics.serviceMonitor.intervall=1m"], "'intervall'"),
+        (["--set", "operator.replicas=two"], "/operator/replicas"),
+        (["--set", "extender.image.pullPolicy=Sometimes"], "/extender/image/pullPolicy"),
+        (["--set", "nodeAgent.backend=nvlm"], "/nodeAgent/backend"),
+        (["--set", "scheduler.extraArgs=--v=4"], "/scheduler/extraArgs"),
+    ],
+    ids=["top-level-typo", "nested-typo", "image-typo", "deep-typo", "type", "enum", "backend",
+         "args-not-a-list"],
+)  # fmt: skip
+def test_schema_refuses_a_misspelt_or_mistyped_value(values: list[str], named: str) -> None:
+    """A typo fails the install naming the key, instead of being silently ignored."""
+    result = _helm("template", "t", str(CHART), "--kube-version", "1.35.4", *values)
+    assert result.returncode != 0, f"{values} was accepted"
+    assert "schema" in result.stderr and named in result.stderr, result.stderr
+
+
+def test_schema_covers_every_value_and_refuses_unknown_keys_everywhere() -> None:
+    """Each object the schema describes closes its keys, so no typo slips through a level."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def walk(node: dict[str, Any], where: str) -> list[str]:
+        if node.get("type") != "object" or "properties" not in node:
+            return []
+        open_here = [where] if node.get("additionalProperties") is not False else []
+        return open_here + [
+            miss for key, sub in node["properties"].items() for miss in walk(sub, f"{where}.{key}")
+        ]
+
+    assert walk(schema, "values") == []
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(defaults) == set(schema["properties"])
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "tag"),
+    [("1.35.4", "v1.35.4"), ("1.34.2", "v1.34.2"), ("v1.33.1+k3s1", "v1.33.1")],
+)
+def test_scheduler_image_is_the_kubernetes_registrys_at_the_clusters_version(
+    kube_version: str, tag: str
+) -> None:
+    docs = _render(kube_version=kube_version)
+    (container,) = _workload(docs, "scheduler")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"registry.k8s.io/kube-scheduler:{tag}"
+
+    pinned = _render(
+        "--set", "scheduler.image.tag=v1.35.0", "--set", "global.imageRegistry=m.example"
+    )
+    (container,) = _workload(pinned, "scheduler")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "m.example/kube-scheduler:v1.35.0"
+
+
+COMPONENTS = {"operator": "operator", "extender": "extender", "scheduler": "scheduler",
+              "nodeAgent": "node-agent"}  # fmt: skip
+
+
+@pytest.mark.parametrize("key", list(COMPONENTS))
+def test_every_component_takes_the_common_pod_settings(key: str) -> None:
+    component = COMPONENTS[key]
+    docs = _render(
+        "--set", f"{key}.podLabels.team=infra",
+        "--set", f"{key}.podAnnotations.note=hello",
+        "--set", f"{key}.priorityClassName=rlix-critical",
+        "--set", f"{key}.image.tag=t1",
+        "--set", f"{key}.image.pullPolicy=Always",
+        "--set", f"{key}.serviceAccount.name=custom-sa",
+        "--set", f"{key}.serviceAccount.annotations.iam=role",
+        "--set-json", f'{key}.extraArgs=["--extra-flag"]',
+        "--set-json", f'{key}.nodeSelector={{"pool":"rlix"}}',
+        "--set-json", f'{key}.resources={{"requests":{{"cpu":"1"}}}}',
+        "--set", "global.imagePullSecrets[0].name=regcred",
+    )  # fmt: skip
+    workload = _workload(docs, component)
+    template = workload["spec"]["template"]
+    pod = template["spec"]
+    (container,) = pod["containers"]
+    assert template["metadata"]["labels"]["team"] == "infra"
+    assert template["metadata"]["annotations"]["note"] == "hello"
+    assert pod["priorityClassName"] == "rlix-critical"
+    assert pod["serviceAccountName"] == "custom-sa"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"]["pool"] == "rlix"
+    assert container["image"].endswith(":t1") and container["imagePullPolicy"] == "Always"
+    assert (container.get("args") or container.get("command"))[-1] == "--extra-flag"
+    assert container["resources"]["requests"]["cpu"] == "1"
+    (account,) = [
+        d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "custom-sa"
+    ]
+    assert account["metadata"]["annotations"] == {"iam": "role"}
+    bound = [
+        d for d in docs
+        if d["kind"] in {"ClusterRoleBinding", "RoleBinding"}
+        and d["metadata"]["name"].startswith(f"t-rlix-{component}")
+    ]  # fmt: skip
+    assert bound and all(b["subjects"][0]["name"] == "custom-sa" for b in bound)
+
+    # An existing account: the chart creates none and binds the one named.
+    existing = _render("--set", f"{key}.serviceAccount.create=false", "--set",
+                       f"{key}.serviceAccount.name=theirs")  # fmt: skip
+    assert not [d for d in existing if d["kind"] == "ServiceAccount"
+                and d["metadata"]["name"] in {"theirs", f"t-rlix-{component}"}]  # fmt: skip
+    assert (
+        _workload(existing, component)["spec"]["template"]["spec"]["serviceAccountName"] == "theirs"
+    )
+
+
+def test_security_contexts_are_non_root_except_the_agent() -> None:
+    docs = _render()
+    for component in ("operator", "extender", "scheduler"):
+        pod = _workload(docs, component)["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, component
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False, component
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True, component
+        assert container["livenessProbe"] and container["readinessProbe"], component
+    agent = _workload(docs, "node-agent")["spec"]["template"]["spec"]
+    assert agent["hostPID"] is True and agent["priorityClassName"] == "system-node-critical"
+    assert agent["containers"][0]["securityContext"] == {"privileged": True}
+
+
+def test_pod_disruption_budgets_select_their_component() -> None:
+    docs = _render(
+        "--set", "extender.podDisruptionBudget.enabled=true",
+        "--set", "extender.podDisruptionBudget.maxUnavailable=50%",
+        "--set", "operator.podDisruptionBudget.enabled=true",
+    )  # fmt: skip
+    pdbs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert set(pdbs) == {"t-rlix-extender", "t-rlix-operator"}
+    assert pdbs["t-rlix-extender"]["maxUnavailable"] == "50%"
+    assert "minAvailable" not in pdbs["t-rlix-extender"]
+    assert pdbs["t-rlix-operator"]["minAvailable"] == 1
+    for name, spec in pdbs.items():
+        selector = _workload(docs, name.removeprefix("t-rlix-"))["spec"]["selector"]
+        assert spec["selector"] == selector
+    assert not [d for d in _render() if d["kind"] == "PodDisruptionBudget"]

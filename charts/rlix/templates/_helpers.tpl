@@ -17,18 +17,78 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
 
-{{/* Full image reference: [registry/]repository:tag. */}}
+{{/*
+Full image reference: [registry/]repository:tag. global.imageRegistry replaces
+the image's own registry; an empty tag falls back to .defaultTag, then to the
+chart's appVersion. Call with (dict "root" $ "image" <values image map>
+"defaultTag" <optional>).
+*/}}
 {{- define "rlix.image" -}}
-{{- $registry := .root.Values.global.imageRegistry -}}
-{{- $tag := .tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
+{{- $registry := .root.Values.global.imageRegistry | default .image.registry -}}
+{{- $tag := .image.tag | default .defaultTag | default .root.Chart.AppVersion -}}
 {{- if $registry -}}
-{{- printf "%s/%s:%s" $registry .repository $tag -}}
+{{- printf "%s/%s:%s" $registry .image.repository $tag -}}
 {{- else -}}
-{{- printf "%s:%s" .repository $tag -}}
+{{- printf "%s:%s" .image.repository $tag -}}
 {{- end -}}
 {{- end -}}
 
+{{/*
+The cluster's own Kubernetes version as a registry.k8s.io tag: v<major>.<minor>.<patch>,
+without the pre-release or build suffix distributions add (v1.29.3+k3s1,
+v1.30.1-gke.1), which the Kubernetes registry does not publish.
+*/}}
+{{- define "rlix.kubeVersionTag" -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{- printf "v%d.%d.%d" $v.Major $v.Minor $v.Patch -}}
+{{- end -}}
+
+{{/* A component's ServiceAccount name. Call with (dict "root" $ "component" c "values" v). */}}
+{{- define "rlix.serviceAccountName" -}}
+{{- if .values.serviceAccount.create -}}
+{{- .values.serviceAccount.name | default (include "rlix.name" .) -}}
+{{- else -}}
+{{- .values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's ServiceAccount, when serviceAccount.create (same dict as above). */}}
+{{- define "rlix.serviceAccount" -}}
+{{- if .values.serviceAccount.create }}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "rlix.serviceAccountName" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels: {{- include "rlix.labels" . | nindent 4 }}
+  {{- with .values.serviceAccount.annotations }}
+  annotations: {{- toYaml . | nindent 4 }}
+  {{- end }}
+---
+{{- end }}
+{{- end -}}
+
+{{/* Pod template metadata: chart labels, then podLabels and podAnnotations (same dict). */}}
+{{- define "rlix.podMetadata" -}}
+labels:
+  {{- include "rlix.labels" . | nindent 2 }}
+  {{- with .values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .values.podAnnotations }}
+annotations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The pod spec fields every component shares (same dict). */}}
 {{- define "rlix.podCommon" -}}
+serviceAccountName: {{ include "rlix.serviceAccountName" . }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.podSecurityContext }}
+securityContext: {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- with .root.Values.global.imagePullSecrets }}
 imagePullSecrets:
 {{- toYaml . | nindent 2 }}
@@ -47,12 +107,40 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{- define "rlix.restrictedSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
+{{/* The container fields every component shares, after its args and ports (same dict). */}}
+{{- define "rlix.containerCommon" -}}
+{{- with .values.livenessProbe }}
+livenessProbe: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.readinessProbe }}
+readinessProbe: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.securityContext }}
+securityContext: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.resources }}
+resources: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A Deployment's PodDisruptionBudget, when podDisruptionBudget.enabled (same dict). */}}
+{{- define "rlix.podDisruptionBudget" -}}
+{{- $pdb := .values.podDisruptionBudget -}}
+{{- if $pdb.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "rlix.name" . }}
+  namespace: {{ .root.Release.Namespace }}
+  labels: {{- include "rlix.labels" . | nindent 4 }}
+spec:
+  {{- if ne (toString $pdb.maxUnavailable) "" }}
+  maxUnavailable: {{ $pdb.maxUnavailable }}
+  {{- else }}
+  minAvailable: {{ $pdb.minAvailable }}
+  {{- end }}
+  selector:
+    matchLabels: {{- include "rlix.selectorLabels" . | nindent 6 }}
+{{- end }}
 {{- end -}}
