@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from e2e.kube import apply, pod
 from rlix.core import names
 
@@ -21,10 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CRD = ROOT / "crds" / "rlix.io_rljobs.yaml"
 
 
-def _rlix(cluster: Any, *args: str, plugin: bool = False) -> subprocess.CompletedProcess[str]:
+def _rlix(
+    cluster: Any, *args: str, plugin: bool = False, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
+        "KUBECONFIG": str(kubeconfig or cluster.kubeconfig),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "COLUMNS": "200",
     }
@@ -115,3 +119,44 @@ def test_describe_missing_job_says_so(cluster: Any, namespace: str) -> None:
     out = _rlix(cluster, "describe", "rljob", "nope", "-n", namespace)
     assert out.returncode == 1
     assert f"rljob {namespace}/nope: Not Found" in out.stderr
+
+
+def _kubeconfig_in(cluster: Any, namespace: str, tmp_path: Path) -> Path:
+    """The cluster's kubeconfig with the current context set to ``namespace``
+    (what `kubectl config set-context --current --namespace=...` writes)."""
+    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    current = config["current-context"]
+    for entry in config["contexts"]:
+        if entry["name"] == current:
+            entry["context"]["namespace"] = namespace
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_namespaces_and_output_formats_as_kubectl(
+    cluster: Any, namespace: str, tmp_path: Path
+) -> None:
+    _job(cluster, namespace)
+    here = _kubeconfig_in(cluster, namespace, tmp_path)
+
+    def jobs(*args: str) -> list[tuple[str, str]]:
+        out = _rlix(cluster, "top", "-o", "json", *args, kubeconfig=here)
+        assert out.returncode == 0, out.stderr
+        return [(j["namespace"], j["name"]) for j in json.loads(out.stdout)["rljobs"]]
+
+    assert jobs() == [(namespace, "grpo")]  # the context's namespace
+    assert (namespace, "grpo") in jobs("-A")
+    assert jobs("-n", "default") == []
+    assert jobs("--all-namespaces") == jobs("-A")
+
+    as_yaml = _rlix(cluster, "describe", "rljob", "grpo", "-o", "yaml", kubeconfig=here)
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    described = yaml.safe_load(as_yaml.stdout)
+    assert described["rljob"]["metadata"]["namespace"] == namespace
+    assert described["rljob"]["status"]["iterations"] == 3
+    assert "grpo-policy-0" in [p["name"] for p in described["pods"]]
+
+    wide = _rlix(cluster, "top", "--once", "-o", "wide", kubeconfig=here)
+    assert wide.returncode == 0, wide.stderr
+    assert "PARKED" in wide.stdout and " grpo " in wide.stdout

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlix.cli import output, scope
 from rlix.core import names
 from rlix.core.objects import read_rljob
 from rlix.views import rows as views
@@ -15,6 +16,8 @@ DESCRIPTION = """\
 Describe one RLJob: its spec (roles, GPUs, memory per phase, priority), its
 status (state, phase, iterations, time spent per phase), conditions that
 explain any wait, its pods (node, phase, suspended) and recent events.
+-o json|yaml prints the same as data: the RLJob object as the API server has
+it, its pods (node, status, phase, suspended) and its events.
 """
 
 
@@ -27,9 +30,8 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("kind", choices=["rljob", "rljobs", "rlj"], help="what to describe")
     p.add_argument("name", help="the RLJob's name")
-    p.add_argument("-n", "--namespace", default="default", help="namespace (default: default)")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
+    scope.add_cluster_flags(p, all_namespaces=False)
+    output.add_output_flag(p, ("json", "yaml"))
     p.set_defaults(run=run)
 
 
@@ -157,17 +159,56 @@ def format_rljob(
     return "\n".join(out) + "\n"
 
 
+def describe_data(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What ``-o json|yaml`` prints: the object itself, its pods and its events."""
+    pod_rows = []
+    for (read,), obj in ((views.pods_of([p]), p) for p in pods if views.pods_of([p])):
+        w = read.workload
+        pod_rows.append(
+            {
+                "name": w.name.split("/", 1)[1],
+                "node": w.node,
+                "status": (obj.get("status") or {}).get("phase"),
+                "phase": w.phase.value if w.phase else None,
+                "suspended": w.suspended,
+            }
+        )
+    event_rows = [
+        {
+            "type": e.get("type"),
+            "reason": e.get("reason"),
+            "time": e.get("lastTimestamp") or e.get("eventTime"),
+            "message": e.get("message"),
+        }
+        for e in events
+    ]
+    return {
+        "rljob": dict(job),
+        "pods": sorted(pod_rows, key=lambda p: str(p["name"])),
+        "events": event_rows,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from rlix.views.kube import Kube
 
+    namespace = args.namespace or "?"
     try:
+        namespace = scope.namespace_of(args) or "default"
         kube = Kube(args.kubeconfig, args.context)
-        job = kube.rljob(args.namespace, args.name)
-        pods = kube.rlix_pods(args.namespace, args.name)
-        events = kube.events_for(args.namespace, job["metadata"]["uid"])
+        job = kube.rljob(namespace, args.name)
+        pods = kube.rlix_pods(namespace, args.name)
+        events = kube.events_for(namespace, job["metadata"]["uid"])
+    except ModuleNotFoundError:
+        raise
     except Exception as err:  # report any API problem readably
         reason = getattr(err, "reason", None) or err
-        print(f"rlix describe: rljob {args.namespace}/{args.name}: {reason}", file=sys.stderr)
+        print(f"rlix describe: rljob {namespace}/{args.name}: {reason}", file=sys.stderr)
         return 1
+    if args.output:
+        output.emit(describe_data(job, pods, events), args.output)
+        return 0
     sys.stdout.write(format_rljob(job, pods, events))
     return 0

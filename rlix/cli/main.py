@@ -11,7 +11,8 @@ import sys
 from collections.abc import Sequence
 
 from rlix import __version__
-from rlix.cli import agent, cluster, demo, describe, replay, simulate, top
+from rlix.cli import agent, cluster, completion, demo, describe, replay, simulate, top
+from rlix.cli.extras import missing_extra_message
 
 EPILOG = """\
 examples:
@@ -19,7 +20,9 @@ examples:
   rlix cluster status                     what runs, where the kubeconfig is
   rlix cluster down                       stop it and remove its state
   rlix top                                live jobs, phases, GPU idle %, suspended pods
+  rlix top -A -o json                     the same for every namespace, as JSON
   rlix describe rljob grpo -n research    conditions, pods, phases and events of one job
+  source <(rlix completion bash)          tab completion (bash; zsh likewise)
   kubectl rlix top                        the same, as a kubectl plugin
   rlix simulate --mix small-lab           simulate RLix against the baselines
   rlix demo                               everything end to end on a local cluster
@@ -45,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     simulate.add_parser(sub)
     agent.add_parser(sub)
+    completion.add_parser(sub)
     return parser
 
 
@@ -54,7 +58,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    result: int = args.run(args)
+    try:
+        result: int = args.run(args)
+    except ModuleNotFoundError as err:
+        # A bare `pip install rlix` has the client only: name the extra to install.
+        hint = missing_extra_message(args.command, err)
+        if hint is None:
+            raise
+        print(hint, file=sys.stderr)
+        return 1
     return result
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from typing import Any
 
+from rlix.cli import output, scope
 from rlix.views import rows as views
 
 DESCRIPTION = """\
@@ -14,6 +16,9 @@ Show every RLJob with its state, current phase, the phase of each role, GPUs,
 iterations and suspended pods, and every GPU node with allocated GPUs, memory
 in use and idle GPUs (from the node agents' rlix.io/gpus annotations). The
 header sums it up: GPU idle %, jobs per state, memory parked off the GPUs.
+
+Namespaces as kubectl: -n NAME, -A for all, else the kubeconfig context's
+namespace. -o json|yaml prints one frame as data; -o wide adds columns.
 
 Refreshes every --interval seconds until Ctrl-C; --once prints one frame
 (scripts, CI logs). Also runs as a kubectl plugin: `kubectl rlix top`.
@@ -27,16 +32,31 @@ def add_parser(sub: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-n", "--namespace", help="only this namespace (default: all)")
+    scope.add_cluster_flags(p, all_namespaces=True)
+    output.add_output_flag(p)
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     p.add_argument("--once", action="store_true", help="print one frame and exit")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
     p.set_defaults(run=run)
 
 
-def render(view: Any) -> Any:
-    """A rich renderable for one frame."""
+def frame_data(view: Any) -> dict[str, Any]:
+    """One frame as plain data (``-o json|yaml``): summary, jobs and GPU nodes."""
+    now = views.now_utc()
+    jobs = views.job_rows(view.rljobs, view.pods, now)
+    nodes = views.node_rows(view.nodes, view.pods)
+    summary = views.summary(jobs, nodes)
+    data: dict[str, Any] = output.camel_keys(
+        {
+            "summary": dataclasses.asdict(summary),
+            "rljobs": [dataclasses.asdict(j) for j in jobs],
+            "nodes": [dataclasses.asdict(n) for n in nodes],
+        }
+    )
+    return data
+
+
+def render(view: Any, *, wide: bool = False) -> Any:
+    """A rich renderable for one frame; ``wide`` adds parked memory and free HBM."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -53,28 +73,28 @@ def render(view: Any) -> Any:
         style="bold",
     )
     jt = Table(title="RLJobs", title_justify="left", expand=True)
-    for col in ("NAMESPACE", "NAME", "STATE", "PHASE", "ROLES", "GPUS", "ITER", "SUSP", "AGE"):
-        jt.add_column(col, justify="right" if col in {"GPUS", "ITER", "SUSP"} else "left")
+    numeric = {"GPUS", "ITER", "SUSP", "PARKED"}
+    job_cols = ["NAMESPACE", "NAME", "STATE", "PHASE", "ROLES", "GPUS", "ITER", "SUSP", "AGE"]
+    for col in job_cols + (["PARKED"] if wide else []):
+        jt.add_column(col, justify="right" if col in numeric else "left")
     for j in jobs:
-        jt.add_row(
-            j.namespace,
-            j.name,
-            j.state,
-            j.phase,
-            j.roles,
-            str(j.gpus),
-            str(j.iterations),
-            str(j.suspended),
-            j.age,
-        )
+        cells = [j.namespace, j.name, j.state, j.phase, j.roles, str(j.gpus)]
+        cells += [str(j.iterations), str(j.suspended), j.age]
+        if wide:
+            cells.append(f"{j.parked_mib / 1024:.1f} GiB")
+        jt.add_row(*cells)
     nt = Table(title="GPU nodes", title_justify="left", expand=True)
-    for col in ("NODE", "GPUS", "ALLOC", "MEM USED", "UTIL", "IDLE GPUS"):
+    node_cols = ["NODE", "GPUS", "ALLOC", "MEM USED", "UTIL", "IDLE GPUS"]
+    for col in node_cols + (["MEM FREE"] if wide else []):
         nt.add_column(col, justify="left" if col == "NODE" else "right")
     for n in nodes:
         mem = f"{n.used_mib / 1024:.0f}/{n.memory_mib / 1024:.0f} GiB"
         util = f"{100 * n.utilization:.0f}%" if n.utilization is not None else "-"
         idle_gpus = str(n.idle_gpus) if n.idle_gpus is not None else "-"
-        nt.add_row(n.name, str(n.gpus), str(n.allocated), mem, util, idle_gpus)
+        cells = [n.name, str(n.gpus), str(n.allocated), mem, util, idle_gpus]
+        if wide:
+            cells.append(f"{(n.memory_mib - n.used_mib) / 1024:.0f} GiB")
+        nt.add_row(*cells)
     return Group(header, jt, nt)
 
 
@@ -84,12 +104,20 @@ def run(args: argparse.Namespace) -> int:
 
     from rlix.views.kube import Kube
 
+    wide = args.output == "wide"
     try:
+        namespace = scope.namespace_of(args)
         kube = Kube(args.kubeconfig, args.context)
-        frame = render(kube.view(args.namespace))
+        view = kube.view(namespace)
+    except ModuleNotFoundError:
+        raise
     except Exception as err:  # any connection problem ends here, readably
         print(f"rlix top: cannot read the cluster: {err}", file=sys.stderr)
         return 1
+    if args.output in {"json", "yaml"}:  # data is one frame: scripts poll themselves
+        output.emit(frame_data(view), args.output)
+        return 0
+    frame = render(view, wide=wide)
     console = Console()
     if args.once:
         console.print(frame)
@@ -98,6 +126,6 @@ def run(args: argparse.Namespace) -> int:
         with Live(frame, console=console, refresh_per_second=4, screen=False) as live:
             while True:
                 time.sleep(args.interval)
-                live.update(render(kube.view(args.namespace)))
+                live.update(render(kube.view(namespace), wide=wide))
     except KeyboardInterrupt:
         return 0
