@@ -23,15 +23,19 @@ help: ## Show this help
 		/^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf "\nVariables: CLUSTER=$(CLUSTER) NODES=$(NODES) REAL_NODES=$(REAL_NODES) GPUS=$(GPUS) GPU_MEMORY_MIB=$(GPU_MEMORY_MIB) KUBECONFIG=<existing cluster>\n"
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) and installing rlix[dev] (pinned)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip==25.3
-	@$(PY) -m pip install -q -e '.[dev,test-torch,trl,rllib]'
+	@$(PY) -m pip install -q -c constraints.txt -e '.[dev,test-torch,trl,rllib]'
 	@touch $@
 
 .PHONY: venv
 venv: $(VENV)/.installed ## Create the virtual environment with pinned dependencies
+
+.PHONY: deps-lowest
+deps-lowest: ## Install the client (base + cli) at every range's lower bound in a throwaway venv (needs PyPI) and run its tests
+	hack/deps-lowest.sh
 
 .PHONY: toolchain
 toolchain: ## Build (or reuse) kube-apiserver/scheduler/controller-manager, etcd, kwok, helm
