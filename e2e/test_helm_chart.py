@@ -38,10 +38,21 @@ def test_rendered_chart_passes_server_side_dry_run(cluster: Any, namespace: str)
         KUBE_VERSION,
         "--set",
         "metrics.grafanaDashboard.enabled=true",
+        # The optional objects and pod settings too, so the API server checks them.
+        *("--set", "operator.podDisruptionBudget.enabled=true"),
+        *("--set", "extender.podDisruptionBudget.enabled=true"),
+        *("--set", "extender.podDisruptionBudget.maxUnavailable=50%"),
+        *("--set", "scheduler.podDisruptionBudget.enabled=true"),
+        *("--set", "operator.serviceAccount.annotations.example\\.com/role=r"),
+        *("--set", "extender.podLabels.team=infra"),
+        *("--set", "nodeAgent.podAnnotations.note=n"),
+        *("--set-json", 'scheduler.extraArgs=["--v=2"]'),
     ).stdout
     out = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     assert "deployment.apps/dry-rlix-operator created (server dry run)" in out.stdout
     assert "daemonset.apps/dry-rlix-node-agent created (server dry run)" in out.stdout
+    for component in ("operator", "extender", "scheduler"):
+        assert f"poddisruptionbudget.policy/dry-rlix-{component} created" in out.stdout
 
 
 def _can(
