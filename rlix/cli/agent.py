@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlix.cli import output
 from rlix.core import agent_protocol as proto
 
 DESCRIPTION = """\
@@ -39,7 +40,7 @@ examples:
   rlix agent status
   rlix agent suspend team-a/grpo-rollout-0 --target gpu:3
   rlix agent resume team-a/grpo-rollout-0
-  rlix agent status --json | jq .suspended
+  rlix agent status -o json | jq .suspended
 """
 
 _UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -66,7 +67,15 @@ def add_parser(sub: Any) -> None:
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     status = actions.add_parser("status", help="GPUs, connected processes, suspended pods")
-    status.add_argument("--json", action="store_true", help="the agent's raw status document")
+    status.add_argument(
+        "-o",
+        "--output",
+        choices=("json", "yaml"),
+        help="the agent's raw status document as json or yaml",
+    )
+    status.add_argument(
+        "--json", dest="output", action="store_const", const="json", help="same as -o json"
+    )
     suspend = actions.add_parser("suspend", help="suspend a pod in place")
     suspend.add_argument("pod", help="namespace/name or pod UID")
     suspend.add_argument(
@@ -87,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         status = _call(args, proto.OP_STATUS)
         if args.action == "status":
-            if args.json:
+            if args.output == "json":
                 print(json.dumps(status, indent=2, sort_keys=True))
+            elif args.output == "yaml":
+                output.emit(status, "yaml")
             else:
                 print(render_status(status))
             return 0

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlix.cli.main import main
 from tests.components.pod_processes import POD, UID, Trainer, wait_connected
@@ -58,6 +59,8 @@ def test_suspend_and_resume_by_pod_name_with_a_status_in_between(
         assert main(rlix_agent(agent, "status", "--json")) == 0
         doc = json.loads(capsys.readouterr().out)
         assert doc["pods"][UID] == POD and UID in doc["suspended"]
+        assert main(rlix_agent(agent, "status", "-o", "yaml")) == 0
+        assert yaml.safe_load(capsys.readouterr().out) == doc
 
         assert main(rlix_agent(agent, "resume", POD)) == 0
         assert capsys.readouterr().out.strip() == f"resumed {POD}: pid {trainer.proc.pid}"
