@@ -45,6 +45,41 @@ CASES = [
         ".slice/docker-0123.scope\n",
         UID,
     ),
+    # Exactly what this project's real node writes (e2e/test_real_containers.py checks
+    # the same shape live): kubelet 1.35 with the cgroupfs driver under its
+    # cgroupRoot, containerd 2.4 + runc, on a host with the v1 controllers and the
+    # unified hierarchy both mounted, so a v2 "0::" line agrees with the v1 ones.
+    (
+        "real-node-burstable",
+        "9:name=systemd:/rlix-node-eacf75e4/kubepods/burstable/"
+        "pod360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0/"
+        "71a79870f4d85b67e5d07646cab26e8cc79c9ab0f0384dbd8f2ac8bb2523c4be\n"
+        + "".join(
+            f"{n}:{c}:/rlix-node-eacf75e4/kubepods/burstable/"
+            "pod360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0/"
+            "71a79870f4d85b67e5d07646cab26e8cc79c9ab0f0384dbd8f2ac8bb2523c4be\n"
+            for n, c in (
+                (8, "pids"),
+                (7, "blkio"),
+                (6, "freezer"),
+                (5, "devices"),
+                (4, "memory"),
+                (3, "cpuset"),
+                (2, "cpuacct"),
+                (1, "cpu"),
+                (0, ""),
+            )
+        ),
+        "360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0",
+    ),
+    # The same node, a pod without CPU or memory requests (the e2e trainers; GPUs
+    # do not count for QoS): the besteffort level, a 64-hex containerd ID.
+    (
+        "real-node-besteffort",
+        f"4:memory:/rlix-node-eacf75e4/kubepods/besteffort/pod{UID}/{'ab' * 32}\n"
+        f"0::/rlix-node-eacf75e4/kubepods/besteffort/pod{UID}/{'ab' * 32}\n",
+        UID,
+    ),
     # upper-case hex is normalised
     ("upper-case", f"0::/kubepods/pod{UID.upper()}/x\n", UID),
     # host processes: no pod
