@@ -73,12 +73,27 @@ CASES = [
         "360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0",
     ),
     # The same node, a pod without CPU or memory requests (the e2e trainers; GPUs
-    # do not count for QoS): the besteffort level, a 64-hex containerd ID.
+    # do not count for QoS): the besteffort level. Copied from a test_real_containers run.
     (
         "real-node-besteffort",
-        f"4:memory:/rlix-node-eacf75e4/kubepods/besteffort/pod{UID}/{'ab' * 32}\n"
-        f"0::/rlix-node-eacf75e4/kubepods/besteffort/pod{UID}/{'ab' * 32}\n",
-        UID,
+        "".join(
+            f"{n}:{c}:/rlix-node-c9157cd6/kubepods/besteffort/"
+            "pod4e9f603c-d7e9-4699-b159-d5f43389e5a2/"
+            "b439aaeb4e1a4b19e17ab32de39e87e1a743f9c03e2eb3b42f9c53462ef76dee\n"
+            for n, c in (
+                (9, "name=systemd"),
+                (8, "pids"),
+                (7, "blkio"),
+                (6, "freezer"),
+                (5, "devices"),
+                (4, "memory"),
+                (3, "cpuset"),
+                (2, "cpuacct"),
+                (1, "cpu"),
+                (0, ""),
+            )
+        ),
+        "4e9f603c-d7e9-4699-b159-d5f43389e5a2",
     ),
     # upper-case hex is normalised
     ("upper-case", f"0::/kubepods/pod{UID.upper()}/x\n", UID),
