@@ -155,7 +155,11 @@ build_helm() {
 # (CoreDNS's documented custom build: set dnsserver.Directives, call coremain.Run)
 # compiles a fraction of the full server. The version is checked like containerd's.
 build_coredns() {
-  if have coredns && "$bin/coredns" -version 2>/dev/null | grep -q "CoreDNS-$COREDNS_VERSION\$"; then
+  # Rebuilt when the version or the plugin list differs (`-plugins` also lists
+  # metadata and transfer, which the kubernetes plugin links).
+  local plugins="bind errors kubernetes metadata transfer"
+  if have coredns && "$bin/coredns" -version 2>/dev/null | grep -q "CoreDNS-$COREDNS_VERSION\$" &&
+    [[ "$("$bin/coredns" -plugins | xargs)" == "$plugins" ]]; then
     return 0
   fi
   local dir="$cache/build/coredns-v$COREDNS_VERSION"
