@@ -16,7 +16,12 @@ import pytest
 
 from rlix.devcluster import netns_forward, realnode
 from rlix.devcluster.cluster import ClusterOptions, DevCluster
-from rlix.devcluster.node_payload import LEFT_OUT_PATHS, console_scripts, requirement_names
+from rlix.devcluster.node_payload import (
+    LEFT_OUT_PATHS,
+    console_scripts,
+    requirement_names,
+    runtime_requirements,
+)
 
 
 def test_kernel_object_names_fit_and_differ_per_cluster() -> None:
@@ -135,6 +140,24 @@ def test_payload_takes_the_base_install_and_the_agent_and_cli_extras_for_this_py
     assert requirement_names(lines, extras=("agent", "cli")) == ["pydantic", "kubernetes", "rich"]
     assert requirement_names(lines, extras=()) == ["pydantic"]
     assert "kubernetes/aio/" in LEFT_OUT_PATHS
+
+
+def test_payload_leaves_out_the_gpu_only_and_asyncio_distributions(tmp_path: Path) -> None:
+    """Walked over the venv's real metadata: the agent's kubernetes client and its
+    own dependencies come, cuda-core/cuda-bindings (and numpy, which only they
+    need) and aiohttp do not."""
+    wheel = tmp_path / "rlix-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(
+            "rlix-0.dist-info/METADATA",
+            "Name: rlix\nRequires-Dist: pydantic==2.14.3\n"
+            'Requires-Dist: kubernetes==37.0.2; extra == "agent"\n'
+            'Requires-Dist: cuda-core==1.2.2; extra == "agent"\n'
+            'Requires-Dist: cuda-bindings==13.5.0; extra == "agent"\n',
+        )
+    names = runtime_requirements(wheel, extras=("agent",))
+    assert {"pydantic", "kubernetes", "urllib3", "pyyaml"} <= set(names)
+    assert not {"cuda-core", "cuda-bindings", "numpy", "aiohttp"} & set(names)
 
 
 def test_console_scripts_run_the_wheels_entry_points(tmp_path: Path) -> None:
