@@ -3,11 +3,13 @@
 #   pause  a static C program (images/pause/pause.c), containerd's sandbox image
 #   node   a minimal Debian root filesystem (debootstrap --variant=minbase, from the
 #          apt mirror this machine already uses) with python3, the project's wheel
-#          and its runtime dependencies
+#          with the node agent's and the CLI's dependencies, and their console
+#          scripts (rlix, rlix-node-agent) in /usr/local/bin
 # Each is an OCI archive (umoci) that `ctr -n k8s.io images import` loads; pods use
 # them with imagePullPolicy: Never.
 #
 #   hack/node-images.sh     build what is missing; print "<role> <image ref> <archive>" per image
+#                           (the node agent's image is a second tag in the node archive)
 #
 # Cache: $RLIX_CACHE/images (default ~/.cache/rlix/images). The node image's tag is
 # the payload's content key (rlix.devcluster.node_payload), so a warm run with
@@ -100,7 +102,7 @@ build_node() {
   fi
   local payload; payload=$(mktemp -d "$tmp/payload.XXXXXX")
   local key
-  key=$(PYTHONPATH="$root" "$python" -m rlix.devcluster.node_payload "$payload/dist-packages")
+  key=$(PYTHONPATH="$root" "$python" -m rlix.devcluster.node_payload "$payload")
   node_tag=$key node_archive="$cache/node-$key.oci.tar"
   if [[ -f "$node_archive" ]]; then
     touch "$node_archive"  # most recently used: kept by the pruning below
@@ -110,7 +112,11 @@ build_node() {
     cp -a "$base/oci/." "$oci/"
     rm -f "$oci/.complete"
     umoci insert --image "$oci:base" "$payload/dist-packages" /usr/lib/python3/dist-packages
+    umoci insert --image "$oci:base" "$payload/bin" /usr/local/bin
     umoci tag --image "$oci:base" "$key"
+    # The same layers with the node agent as entrypoint, for the chart's DaemonSet
+    # (its container sets only args, as the node-agent/ Dockerfile's image expects).
+    umoci config --image "$oci:$key" --tag "agent-$key" --config.entrypoint rlix-node-agent
     umoci rm --image "$oci:base"
     umoci gc --layout "$oci"
     archive "$oci" "$node_archive"
@@ -126,3 +132,4 @@ build_node
 log "images ready in $cache"
 echo "pause rlix.local/pause:$pause_tag $pause_archive"
 echo "node rlix.local/node:$node_tag $node_archive"
+echo "agent rlix.local/node:agent-$node_tag $node_archive"

@@ -9,11 +9,17 @@ created in) and connects out from the machine's namespace. The kubelet then
 uses the very same URL as every other client, ``https://127.0.0.1:<port>``, so
 the API server's certificate matches unchanged.
 
-    python -m rlix.devcluster.netns_forward NETNS_PATH PORT [TARGET_HOST]
+Pods on the node reach the API server the same way, at the ``kubernetes``
+Service's ClusterIP (port 443), which the node's namespace holds as an address
+of its own: there is no kube-proxy on the test node, and this is the one
+Service every in-cluster client (the node agent's DaemonSet) needs.
+
+    python -m rlix.devcluster.netns_forward NETNS_PATH PORT [TARGET_HOST] [--also HOST:PORT]...
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -31,14 +37,14 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-def listen_in_netns(netns_path: str, port: int) -> socket.socket:
-    """A listening socket on 127.0.0.1:``port`` inside the namespace ``netns_path``."""
+def listen_in_netns(netns_path: str, port: int, host: str = "127.0.0.1") -> socket.socket:
+    """A listening socket on ``host``:``port`` inside the namespace ``netns_path``."""
     own = os.open("/proc/self/ns/net", os.O_RDONLY)
     target = os.open(netns_path, os.O_RDONLY)
     try:
         _setns(target)
         try:
-            return socket.create_server(("127.0.0.1", port), reuse_port=False)
+            return socket.create_server((host, port), reuse_port=False)
         finally:
             _setns(own)
     finally:
@@ -72,18 +78,41 @@ async def serve(listener: socket.socket, target_host: str, port: int) -> None:
         await server.serve_forever()
 
 
+async def serve_all(listeners: list[socket.socket], target_host: str, port: int) -> None:
+    await asyncio.gather(*(serve(sock, target_host, port) for sock in listeners))
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
+    p = argparse.ArgumentParser(prog="python -m rlix.devcluster.netns_forward")
+    p.add_argument("netns_path")
+    p.add_argument("port", type=int)
+    p.add_argument("target_host", nargs="?", default="127.0.0.1")
+    p.add_argument(
+        "--also",
+        type=_host_port,
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="another address inside the namespace forwarded to the same target",
+    )
+    args = p.parse_args(argv)
+    # Every listener before any thread exists: setns is per thread.
+    listeners = [listen_in_netns(args.netns_path, args.port)]
+    listeners += [listen_in_netns(args.netns_path, port, host) for host, port in args.also]
+    for sock in listeners:
+        host, port = sock.getsockname()[:2]
         print(
-            "usage: python -m rlix.devcluster.netns_forward NETNS_PATH PORT [TARGET_HOST]",
-            file=sys.stderr,
+            f"forwarding {args.netns_path} {host}:{port} -> {args.target_host}:{args.port}",
+            flush=True,
         )
-        return 2
-    netns_path, port = argv[0], int(argv[1])
-    target_host = argv[2] if len(argv) == 3 else "127.0.0.1"
-    listener = listen_in_netns(netns_path, port)  # before any thread exists: setns is per thread
-    print(f"forwarding {netns_path} 127.0.0.1:{port} -> {target_host}:{port}", flush=True)
-    asyncio.run(serve(listener, target_host, port))
+    asyncio.run(serve_all(listeners, args.target_host, args.port))
     return 0
 
 

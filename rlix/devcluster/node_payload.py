@@ -11,10 +11,14 @@ project's venv, Python 3.11 like Debian 12's python3) instead of being fetched
 again: the image then runs exactly the versions the tests run.
 
     python -m rlix.devcluster.node_payload OUT_DIR   # prints the content key
+
+OUT_DIR receives ``dist-packages`` (for /usr/lib/python3/dist-packages) and
+``bin`` (the console scripts, for /usr/local/bin).
 """
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import re
 import shutil
@@ -25,7 +29,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
+from packaging.requirements import Requirement
 
 
 def build_wheel(source: Path, out: Path) -> Path:
@@ -51,41 +55,56 @@ def build_wheel(source: Path, out: Path) -> Path:
     return wheels[0]
 
 
-def runtime_requirements(wheel: Path) -> list[str]:
-    """Distribution names the wheel needs at run time (no extras), transitively."""
+# The image runs the node agent (simulated GPUs) and `rlix agent` besides trainers.
+EXTRAS = ("agent", "cli")
+# Left out, with their own dependencies unless something else needs them:
+# cuda-core/cuda-bindings are feature-detected by the agent and useless on a node
+# without a GPU (~47 MiB with numpy); aiohttp serves only kubernetes.aio.
+LEFT_OUT = frozenset({"cuda-core", "cuda-bindings", "aiohttp"})
+# Files of kept distributions that nothing in rlix imports: kubernetes.aio, the
+# asyncio twin of the client (~62 MiB of the client's ~117 MiB).
+LEFT_OUT_PATHS = ("kubernetes/aio/",)
+
+
+def runtime_requirements(wheel: Path, extras: tuple[str, ...] = EXTRAS) -> list[str]:
+    """Distribution names the wheel needs at run time with ``extras``, transitively,
+    for this interpreter (markers are evaluated: Debian 12's python3 is 3.11, as
+    the venv's), less ``LEFT_OUT``."""
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
-    pending = [_requirement_name(line) for line in _base_requirements(text.splitlines())]
+    pending = requirement_names(text.splitlines(), extras=extras)
     seen: list[str] = []
     while pending:
         name = pending.pop()
-        if name in seen:
+        if _canonical(name) in seen or _canonical(name) in LEFT_OUT:
             continue
-        seen.append(name)
+        seen.append(_canonical(name))
         requires = metadata.distribution(name).requires or []
-        pending.extend(_requirement_name(r) for r in _base_requirements(requires, prefix=""))
+        pending.extend(requirement_names(requires, prefix="", extras=()))
     return sorted(seen)
 
 
-def _base_requirements(lines: list[str], prefix: str = "Requires-Dist:") -> list[str]:
-    """Requirements without an ``extra ==`` marker (the others belong to extras)."""
+def requirement_names(
+    lines: list[str], *, prefix: str = "Requires-Dist:", extras: tuple[str, ...]
+) -> list[str]:
+    """The distributions ``lines`` require for the base install plus ``extras``
+    (a requirement whose environment marker is false here is not required)."""
     out = []
     for line in lines:
         if not line.startswith(prefix):
             continue
-        req = line[len(prefix) :].strip()
-        if "extra ==" in req.replace("extra==", "extra =="):
-            continue
-        out.append(req)
+        req = Requirement(line[len(prefix) :].strip())
+        wanted = req.marker is None or any(
+            req.marker.evaluate({"extra": extra}) for extra in ("", *extras)
+        )
+        if wanted:
+            out.append(req.name)
     return out
 
 
-def _requirement_name(requirement: str) -> str:
-    match = _NAME.match(requirement.strip())
-    if match is None:
-        raise ValueError(f"cannot read a distribution name from requirement {requirement!r}")
-    return match.group(0)
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def lay_out(wheel: Path, deps: list[str], target: Path) -> str:
@@ -107,6 +126,8 @@ def lay_out(wheel: Path, deps: list[str], target: Path) -> str:
             source = Path(str(dist.locate_file(rel)))
             if ".." in rel.parts or "__pycache__" in rel.parts or not source.is_file():
                 continue  # console scripts live outside site-packages; bytecode is rebuilt
+            if str(rel).startswith(LEFT_OUT_PATHS):
+                continue
             _add(digest, str(rel), source.read_bytes())
             dest = target / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -118,15 +139,41 @@ def _add(digest: hashlib._Hash, name: str, data: bytes) -> None:
     digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
 
 
+def console_scripts(wheel: Path, target: Path) -> list[str]:
+    """Write the wheel's console scripts (``rlix``, ``rlix-node-agent``, ...) into
+    ``target`` as Debian's python3 runs them; return their names. They follow
+    from the wheel's entry_points.txt, which the content key already covers."""
+    with zipfile.ZipFile(wheel) as z:
+        entry = next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))
+        text = z.read(entry).decode()
+    parser = configparser.ConfigParser(delimiters=("=",))
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(text)
+    target.mkdir(parents=True, exist_ok=True)
+    names = []
+    scripts = parser.items("console_scripts") if parser.has_section("console_scripts") else []
+    for name, value in scripts:
+        module, _, func = value.strip().partition(":")
+        script = target / name
+        script.write_text(
+            f"#!/usr/bin/python3\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n"
+        )
+        script.chmod(0o755)
+        names.append(name)
+    return names
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m rlix.devcluster.node_payload OUT_DIR", file=sys.stderr)
         return 2
     source = Path(__file__).resolve().parents[2]
-    target = Path(argv[0])
+    out = Path(argv[0])
     with tempfile.TemporaryDirectory(prefix="rlix-wheel-") as tmp:
         wheel = build_wheel(source, Path(tmp))
-        print(lay_out(wheel, runtime_requirements(wheel), target))
+        key = lay_out(wheel, runtime_requirements(wheel), out / "dist-packages")
+        console_scripts(wheel, out / "bin")
+    print(key)
     return 0
 
 

@@ -9,6 +9,9 @@ but the cluster's name and works after a crash (``reap_stale_clusters``):
   kubelet refuses a loopback node IP, and the machine's own interfaces are
   never touched). Pods get a CNI bridge inside
   that namespace, so two pods of the node reach each other by pod IP;
+- cluster DNS: CoreDNS (built by hack/toolchain.sh with the kubernetes plugin)
+  runs inside that namespace on the node IP, and the kubelet's clusterDNS
+  points at it, so pods find their peers by the headless Service names;
 - a cgroup ``/rlix-node-<tag>`` in every hierarchy: containerd, the shims, the
   kubelet (its ``cgroupRoot``) and every container live under it, so teardown
   freezes it, kills what is inside and removes it;
@@ -64,7 +67,8 @@ _NODE_NET = ipaddress.IPv4Network("100.66.0.0/16")
 # Commands the node needs that come from Debian packages (hack/node-deps.sh).
 HOST_TOOLS = ("runc", "ip", "nsenter", "unshare")
 # Built by hack/toolchain.sh into the toolchain's bin directory.
-TOOLCHAIN_TOOLS = ("kubelet", "containerd", "ctr", "containerd-shim-runc-v2")
+TOOLCHAIN_TOOLS = ("kubelet", "containerd", "ctr", "containerd-shim-runc-v2", "coredns")
+CLUSTER_DOMAIN = "cluster.local"
 
 
 class RealNodeError(RuntimeError):
@@ -98,6 +102,8 @@ class _State:
     forwarder_pid: int = 0
     pause_image: str = ""
     node_image: str = ""
+    agent_image: str = ""
+    service_ip: str = ""  # the ``kubernetes`` Service's ClusterIP, served in the namespace
 
 
 def _stderr_log(message: str) -> None:
@@ -186,6 +192,11 @@ class RealNode:
         """The image with Debian, python3 and the project's wheel (imagePullPolicy: Never)."""
         return self.state().node_image
 
+    @property
+    def agent_image(self) -> str:
+        """The node image with ``rlix-node-agent`` as its entrypoint (the chart's DaemonSet)."""
+        return self.state().agent_image
+
     def ctr(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
         """``ctr`` on this node's containerd, in the ``k8s.io`` namespace the kubelet uses."""
         return subprocess.run(
@@ -207,18 +218,20 @@ class RealNode:
         self.dir.mkdir(parents=True)
         state = _State()
         try:
-            pause, node = self._images()
-            state.pause_image, state.node_image = pause[0], node[0]
-            state.host_ip, state.node_ip = self._network()
+            images = self._images()
+            state.pause_image = images["pause"][0]
+            state.node_image, state.agent_image = images["node"][0], images["agent"][0]
+            state.service_ip = self._kubernetes_service_ip()
+            state.host_ip, state.node_ip = self._network(state.service_ip)
             self._write_state(state)
             self._cgroups()
             self._write_configs(state)
-            state.forwarder_pid = self._start_forwarder()
+            state.forwarder_pid = self._start_forwarder(state.service_ip)
             state.launcher_pid = self._start_launcher()
             self._write_state(state)
             self._wait_socket(state)
-            for ref, archive in (pause, node):
-                self._import(ref, archive)
+            for archive in sorted({archive for _, archive in images.values()}):
+                self._import([ref for ref, a in images.values() if a == archive], archive)
             (self.dir / "images-imported").touch()
             self._wait_ready(state)
         except BaseException:
@@ -232,7 +245,7 @@ class RealNode:
         down(self.cluster_name, self.cluster_dir, log=self._log)
 
     # -- steps ------------------------------------------------------------
-    def _images(self) -> tuple[tuple[str, Path], tuple[str, Path]]:
+    def _images(self) -> dict[str, tuple[str, Path]]:
         script = self.repo_root / "hack" / "node-images.sh"
         if not script.is_file():
             raise RealNodeError(f"{script} not found: the real node's images build from a checkout")
@@ -247,9 +260,21 @@ class RealNode:
         for line in result.stdout.splitlines():
             role, ref, archive = line.split()
             images[role] = (ref, Path(archive))
-        return images["pause"], images["node"]
+        missing = {"pause", "node", "agent"} - set(images)
+        if missing:
+            raise RealNodeError(f"hack/node-images.sh named no {sorted(missing)} image")
+        return images
 
-    def _network(self) -> tuple[str, str]:
+    def _kubernetes_service_ip(self) -> str:
+        result = self._kubectl(
+            "get", "service", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"
+        )
+        ip = result.stdout.strip()
+        if result.returncode != 0 or not ip:
+            raise RealNodeError(f"cannot read the kubernetes Service's ClusterIP: {result.stderr}")
+        return ip
+
+    def _network(self, service_ip: str) -> tuple[str, str]:
         n = self.names
         subnet = _free_subnet(tag_of(self.cluster_name))
         host_ip, node_ip = (str(h) for h in subnet.hosts())
@@ -276,6 +301,9 @@ class RealNode:
         _run(*inside, "addr", "add", f"{node_ip}/{prefix}", "dev", n.node_veth)
         _run(*inside, "link", "set", n.node_veth, "up")
         _run(*inside, "link", "set", "lo", "up")
+        # The API server's Service address, local to the namespace: pods reach it
+        # through their bridge's gateway and the forwarder answers (no kube-proxy).
+        _run(*inside, "addr", "add", f"{service_ip}/32", "dev", "lo")
         _run(*inside, "route", "add", "default", "via", host_ip)
         return host_ip, node_ip
 
@@ -296,6 +324,7 @@ class RealNode:
             (d / sub).mkdir(exist_ok=True)
         (d / "containerd.toml").write_text(_containerd_config(d, state.pause_image))
         (d / "cni" / "10-rlix.conflist").write_text(json.dumps(_cni_config(), indent=2))
+        (d / "Corefile").write_text(_corefile(node_ip=state.node_ip, kubeconfig=self.kubeconfig))
         pki = self.cluster_dir / "pki"
         (d / "kubelet.yaml").write_text(
             yaml.safe_dump(
@@ -335,6 +364,7 @@ class RealNode:
                     "mount -t tmpfs -o mode=755 rlix-node-run /run",
                     "mount -t tmpfs -o mode=755 rlix-node-var-lib /var/lib",
                     "mount -t tmpfs -o mode=755 rlix-node-var-log /var/log",
+                    f"coredns -conf {d / 'Corefile'} >> {logs / 'coredns.log'} 2>&1 &",
                     f"containerd --config {d / 'containerd.toml'}"
                     f" >> {logs / 'containerd.log'} 2>&1 &",
                     f"until [ -e {d / 'images-imported'} ]; do sleep 0.2; done",
@@ -344,13 +374,15 @@ class RealNode:
             )
         )
 
-    def _start_forwarder(self) -> int:
+    def _start_forwarder(self, service_ip: str) -> int:
         argv = [
             sys.executable,
             "-m",
             "rlix.devcluster.netns_forward",
             str(self.netns_path),
             str(self.api_port),
+            "--also",
+            f"{service_ip}:443",
         ]
         pid = processes.spawn_detached(argv, log=self.dir / "logs" / "forwarder.log")
         self._join_cgroup(pid)
@@ -386,14 +418,17 @@ class RealNode:
             time.sleep(0.2)
         raise RealNodeError(f"containerd did not start:\n{self._tails()}")
 
-    def _import(self, ref: str, archive: Path) -> None:
-        if self.ctr("images", "ls", "-q", f"name=={ref}").stdout.strip() == ref:
+    def _import(self, refs: list[str], archive: Path) -> None:
+        """Import ``archive`` (one repository, a tag per ref) unless every ref is there."""
+        if set(refs) <= set(self.ctr("images", "ls", "-q").stdout.split()):
             return
-        base = ref.rsplit(":", 1)[0]
+        base = refs[0].rsplit(":", 1)[0]
         result = self.ctr("images", "import", "--base-name", base, str(archive))
-        if result.returncode != 0 or self.ctr("images", "ls", "-q").stdout.find(ref) < 0:
+        missing = set(refs) - set(self.ctr("images", "ls", "-q").stdout.split())
+        if result.returncode != 0 or missing:
             raise RealNodeError(
-                f"ctr images import {archive} gave no {ref}:\n{result.stdout}{result.stderr}"
+                f"ctr images import {archive} gave no {sorted(missing)}:\n"
+                f"{result.stdout}{result.stderr}"
             )
 
     def _kubectl(self, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -426,7 +461,7 @@ class RealNode:
 
     def _tails(self) -> str:
         out = []
-        for name in ("launcher", "containerd", "kubelet", "forwarder"):
+        for name in ("launcher", "containerd", "kubelet", "coredns", "forwarder"):
             path = self.dir / "logs" / f"{name}.log"
             with contextlib.suppress(OSError):
                 text = path.read_text(errors="replace")
@@ -629,13 +664,35 @@ def _cni_config() -> dict[str, Any]:
             {
                 "type": "bridge",
                 "bridge": "cni0",
-                "isGateway": True,
+                # The pod's default route via the bridge: its DNS server and the
+                # API server's Service address live in the node's namespace,
+                # off the pod subnet.
+                "isDefaultGateway": True,
                 "ipMasq": False,
                 "hairpinMode": True,
                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]]},
             }
         ],
     }
+
+
+def _corefile(*, node_ip: str, kubeconfig: Path) -> str:
+    """Cluster DNS for the node's pods: the kubernetes plugin answers Service and
+    pod names (``<job>-<role>-<i>.<job>.<ns>.svc.cluster.local`` from the headless
+    Service's EndpointSlices) from the API server, which it reaches like the
+    kubelet does (the same kubeconfig, through ``netns_forward``). No cache: a
+    peer asked for before its pod is published must not stay unknown for a TTL.
+    Other names are refused (the namespace has no route to the machine's
+    resolvers), so nothing leaves the node."""
+    return f"""{CLUSTER_DOMAIN}:53 {{
+    bind {node_ip}
+    errors
+    kubernetes {CLUSTER_DOMAIN} {{
+        kubeconfig {kubeconfig}
+        ttl 1
+    }}
+}}
+"""
 
 
 def _kubelet_config(*, node_ip: str, socket: Path, cgroup: str, client_ca: Path) -> dict[str, Any]:
@@ -671,4 +728,8 @@ def _kubelet_config(*, node_ip: str, socket: Path, cgroup: str, client_ca: Path)
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,
         "resolvConf": "/etc/resolv.conf",
+        # The node's own CoreDNS (``_corefile``), on the node IP: pods reach it
+        # through their bridge's gateway, like any address of the node.
+        "clusterDNS": [node_ip],
+        "clusterDomain": CLUSTER_DOMAIN,
     }

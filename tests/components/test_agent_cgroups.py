@@ -45,6 +45,56 @@ CASES = [
         ".slice/docker-0123.scope\n",
         UID,
     ),
+    # Exactly what this project's real node writes (e2e/test_real_containers.py checks
+    # the same shape live): kubelet 1.35 with the cgroupfs driver under its
+    # cgroupRoot, containerd 2.4 + runc, on a host with the v1 controllers and the
+    # unified hierarchy both mounted, so a v2 "0::" line agrees with the v1 ones.
+    (
+        "real-node-burstable",
+        "9:name=systemd:/rlix-node-eacf75e4/kubepods/burstable/"
+        "pod360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0/"
+        "71a79870f4d85b67e5d07646cab26e8cc79c9ab0f0384dbd8f2ac8bb2523c4be\n"
+        + "".join(
+            f"{n}:{c}:/rlix-node-eacf75e4/kubepods/burstable/"
+            "pod360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0/"
+            "71a79870f4d85b67e5d07646cab26e8cc79c9ab0f0384dbd8f2ac8bb2523c4be\n"
+            for n, c in (
+                (8, "pids"),
+                (7, "blkio"),
+                (6, "freezer"),
+                (5, "devices"),
+                (4, "memory"),
+                (3, "cpuset"),
+                (2, "cpuacct"),
+                (1, "cpu"),
+                (0, ""),
+            )
+        ),
+        "360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0",
+    ),
+    # The same node, a pod without CPU or memory requests (the e2e trainers; GPUs
+    # do not count for QoS): the besteffort level. Copied from a test_real_containers run.
+    (
+        "real-node-besteffort",
+        "".join(
+            f"{n}:{c}:/rlix-node-c9157cd6/kubepods/besteffort/"
+            "pod4e9f603c-d7e9-4699-b159-d5f43389e5a2/"
+            "b439aaeb4e1a4b19e17ab32de39e87e1a743f9c03e2eb3b42f9c53462ef76dee\n"
+            for n, c in (
+                (9, "name=systemd"),
+                (8, "pids"),
+                (7, "blkio"),
+                (6, "freezer"),
+                (5, "devices"),
+                (4, "memory"),
+                (3, "cpuset"),
+                (2, "cpuacct"),
+                (1, "cpu"),
+                (0, ""),
+            )
+        ),
+        "4e9f603c-d7e9-4699-b159-d5f43389e5a2",
+    ),
     # upper-case hex is normalised
     ("upper-case", f"0::/kubepods/pod{UID.upper()}/x\n", UID),
     # host processes: no pod

@@ -9,13 +9,19 @@ from __future__ import annotations
 import ipaddress
 import json
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from rlix.devcluster import realnode
+from rlix.devcluster import netns_forward, realnode
 from rlix.devcluster.cluster import ClusterOptions, DevCluster
-from rlix.devcluster.node_payload import _base_requirements, _requirement_name
+from rlix.devcluster.node_payload import (
+    LEFT_OUT_PATHS,
+    console_scripts,
+    requirement_names,
+    runtime_requirements,
+)
 
 
 def test_kernel_object_names_fit_and_differ_per_cluster() -> None:
@@ -55,6 +61,26 @@ def test_kubelet_config_uses_cgroupfs_under_its_own_root_and_authenticates_calle
     assert config["authentication"]["anonymous"]["enabled"] is False
     assert config["authentication"]["x509"]["clientCAFile"] == "/pki/ca.crt"
     assert config["authorization"]["mode"] == "Webhook"
+    # Pods resolve through the node's own CoreDNS on the node IP.
+    assert config["clusterDNS"] == ["100.66.1.2"]
+    assert config["clusterDomain"] == "cluster.local"
+
+
+def test_corefile_serves_the_cluster_domain_on_the_node_ip_from_the_api_server() -> None:
+    text = realnode._corefile(node_ip="100.66.1.2", kubeconfig=Path("/k/kubeconfig.yaml"))
+    lines = [line.strip() for line in text.splitlines()]
+    assert lines[0] == "cluster.local:53 {"
+    assert "bind 100.66.1.2" in lines  # never the machine's interfaces
+    assert "kubernetes cluster.local {" in lines
+    assert "kubeconfig /k/kubeconfig.yaml" in lines
+    assert not any(line.startswith(("forward", "cache")) for line in lines)
+    assert text.count("{") == text.count("}")
+
+
+def test_forwarder_takes_more_addresses_and_refuses_a_bad_one() -> None:
+    assert netns_forward._host_port("10.96.0.1:443") == ("10.96.0.1", 443)
+    with pytest.raises(Exception, match="expected HOST:PORT"):
+        netns_forward._host_port("10.96.0.1")
 
 
 def test_cni_config_is_a_bridge_with_host_local_addresses() -> None:
@@ -102,13 +128,51 @@ def test_more_than_one_real_node_is_refused() -> None:
         ClusterOptions(real_nodes=2)
 
 
-def test_payload_takes_base_requirements_only() -> None:
+def test_payload_takes_the_base_install_and_the_agent_and_cli_extras_for_this_python() -> None:
     lines = [
         "Requires-Dist: pydantic==2.14.3",
         'Requires-Dist: kopf==1.45.2; extra == "operator"',
+        'Requires-Dist: kubernetes==37.0.2; extra == "agent"',
+        'Requires-Dist: rich==15.0.0; extra == "cli"',
+        'Requires-Dist: backports.strenum; python_version < "3.11"',
         "Name: rlix",
     ]
-    assert [_requirement_name(r) for r in _base_requirements(lines)] == ["pydantic"]
+    assert requirement_names(lines, extras=("agent", "cli")) == ["pydantic", "kubernetes", "rich"]
+    assert requirement_names(lines, extras=()) == ["pydantic"]
+    assert "kubernetes/aio/" in LEFT_OUT_PATHS
+
+
+def test_payload_leaves_out_the_gpu_only_and_asyncio_distributions(tmp_path: Path) -> None:
+    """Walked over the venv's real metadata: the agent's kubernetes client and its
+    own dependencies come, cuda-core/cuda-bindings (and numpy, which only they
+    need) and aiohttp do not."""
+    wheel = tmp_path / "rlix-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(
+            "rlix-0.dist-info/METADATA",
+            "Name: rlix\nRequires-Dist: pydantic==2.14.3\n"
+            'Requires-Dist: kubernetes==37.0.2; extra == "agent"\n'
+            'Requires-Dist: cuda-core==1.2.2; extra == "agent"\n'
+            'Requires-Dist: cuda-bindings==13.5.0; extra == "agent"\n',
+        )
+    names = runtime_requirements(wheel, extras=("agent",))
+    assert {"pydantic", "kubernetes", "urllib3", "pyyaml"} <= set(names)
+    assert not {"cuda-core", "cuda-bindings", "numpy", "aiohttp"} & set(names)
+
+
+def test_console_scripts_run_the_wheels_entry_points(tmp_path: Path) -> None:
+    wheel = tmp_path / "rlix-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(
+            "rlix-0.dist-info/entry_points.txt",
+            "[console_scripts]\nrlix = rlix.cli.main:main\n"
+            "rlix-node-agent = rlix.agent.main:main\n",
+        )
+    assert console_scripts(wheel, tmp_path / "bin") == ["rlix", "rlix-node-agent"]
+    script = (tmp_path / "bin" / "rlix-node-agent").read_text()
+    assert script.startswith("#!/usr/bin/python3\n")
+    assert "from rlix.agent.main import main" in script
+    assert (tmp_path / "bin" / "rlix").stat().st_mode & 0o111
 
 
 def test_failure_report_picks_kubelet_and_containerd_errors() -> None:
