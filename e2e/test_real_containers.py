@@ -69,9 +69,8 @@ def _agent_objects(cluster: DevCluster, node: realnode.RealNode, ns: str) -> lis
     registry, repository = ref.split("/", 1)
     values = {
         "global": {"imageRegistry": registry},
-        "image": {"tag": tag, "pullPolicy": "Never"},
         "nodeAgent": {
-            "image": repository,
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
             "backend": "simulated",
             "publishInterval": 1,
             # In the node's private /run (tmpfs): nothing lands on the machine.
