@@ -54,9 +54,10 @@ fmt: venv ## Format and autofix with ruff
 	$(VENV)/bin/ruff check --fix rlix tests e2e hack bench
 
 .PHONY: test
-test: venv toolchain node-deps lint verify ## Every tier CI can run: core, components, real control plane, real node
+test: venv toolchain node-deps lint verify ## Every tier CI can run: core, components, real control plane, real node, the client at its lowest dependency bounds
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-node
+	@$(MAKE) --no-print-directory deps-lowest
 	@hack/kind-up.sh --check
 	@$(MAKE) --no-print-directory gpu-check
 
