@@ -43,3 +43,25 @@ def test_scheduler_name_and_metrics_host_come_from_flags() -> None:
     args = parse_args(["--scheduler-name", "gpu-sched", "--metrics-host", "0.0.0.0"])
     assert (args.scheduler_name, args.metrics_host) == ("gpu-sched", "0.0.0.0")
     assert parse_args([]).scheduler_name == "rlix-scheduler"
+
+
+def test_lease_calls_fail_as_the_retryable_api_exception_never_as_a_transport_error() -> None:
+    """The election module retries on ApiException; anything else would end its thread."""
+    import threading
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from rlix.operator.leadership import _BoundedCalls
+
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:9"  # discard port: connection refused
+    configuration.retries = 0
+    stopped = threading.Event()
+    calls = _BoundedCalls(client.ApiClient(configuration), 1.0, stopped)
+    with pytest.raises(ApiException) as refused:
+        calls.read_namespaced_lease("rlix-operator", "default")
+    assert refused.value.status == 0
+    stopped.set()  # after a release no renewal may re-take the Lease
+    with pytest.raises(ApiException, match="stopped"):
+        calls.read_namespaced_lease("rlix-operator", "default")
