@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.kube import apply, get_json, pod, wait_for
 from rlix.cli.main import main as rlix
@@ -24,6 +25,7 @@ from rlix.core.names import (
     NODE_LABEL_GPU_MEMORY_MIB,
 )
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
+from rlix.devcluster.processes import free_ports
 from tests.components.pod_processes import Trainer, wait_connected
 from tests.support.agent_fakes import AgentProcess
 
@@ -70,6 +72,7 @@ def node_agent(
         kubeconfig=Path(cluster.kubeconfig),
         sim_gpus=int(labels[NODE_LABEL_GPU_COUNT]),
         sim_gpu_memory_mib=int(labels[NODE_LABEL_GPU_MEMORY_MIB]),
+        metrics_port=free_ports(1)[0],
     )
     try:
         with agent:
@@ -113,5 +116,69 @@ def test_relocation_through_the_cli_is_visible_on_the_real_pod(
             lambda: ANNOTATION_SUSPENDED not in pod_annotations(),
         )
         assert trainer.ask("digest")["digest"] == before
+    finally:
+        trainer.close()
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of the one series ``name`` with these labels on a /metrics page."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return None
+
+
+def test_agent_metrics_follow_phases_suspensions_and_parked_bytes(
+    cluster: Cluster, namespace: str, placed_pod: tuple[str, str, str], node_agent: AgentProcess
+) -> None:
+    """Scraped from the agent's /metrics while a real pod's trainer works through it."""
+    name, uid, node = placed_pod
+    key, sock = f"{namespace}/{name}", f"--socket={node_agent.socket}"
+    pod = {"node": node, "namespace": namespace, "pod": name}
+    labels = get_json(cluster, "node", node)["metadata"]["labels"]
+    first = node_agent.metrics()
+    total = sample(first, "rlix_agent_gpu_memory_total_bytes", node=node, gpu="0")
+    assert total == int(labels[NODE_LABEL_GPU_MEMORY_MIB]) * 2**20
+    assert sample(first, "rlix_agent_gpu_idle", node=node, gpu="0") == 1.0
+    assert sample(first, "rlix_agent_pod_phase", **pod, phase="rollout") is None
+
+    trainer = Trainer(node_agent, uid)
+    try:
+        wait_connected(node_agent, trainer.proc.pid, uid=uid)
+        assert trainer.ask("phase rollout")["event"] == "in-phase"
+        rollout = node_agent.metrics()
+        assert sample(rollout, "rlix_agent_pod_phase", **pod, phase="rollout") == 1.0
+        assert sample(rollout, "rlix_agent_suspensions_total", reason="preemption") is None
+
+        args = ["--reason", "preemption"]
+        assert rlix(["agent", sock, "suspend", key, "--target", "host", *args]) == 0
+        parked = node_agent.metrics()
+        ok = {"node": node, "reason": "preemption"}
+        assert (
+            sample(parked, "rlix_agent_suspensions_total", **ok, outcome="ok", target="host") == 1
+        )
+        assert sample(parked, "rlix_agent_suspend_seconds_count", **ok, target="host") == 1
+        held = sample(parked, "rlix_agent_parked_bytes", **pod, place="host")
+        assert held is not None and held > 0
+        # A second suspend of a suspended pod is refused, and counted as failed.
+        assert rlix(["agent", sock, "suspend", key, *args]) != 0
+        failed = sample(
+            node_agent.metrics(), "rlix_agent_suspensions_total", **ok, outcome="failed"
+        )
+        assert failed == 1
+
+        assert rlix(["agent", sock, "resume", key, *args]) == 0
+        resumed = node_agent.metrics()
+        assert sample(resumed, "rlix_agent_resumes_total", **ok, outcome="ok") == 1
+        assert sample(resumed, "rlix_agent_resume_seconds_count", **ok) == 1
+        assert sample(resumed, "rlix_agent_parked_bytes", **pod) is None
+
+        assert trainer.ask("phase training")["event"] == "in-phase"
+        training = node_agent.metrics()
+        assert sample(training, "rlix_agent_pod_phase", **pod, phase="training") == 1.0
+        assert sample(training, "rlix_agent_pod_phase", **pod, phase="rollout") is None
+        spent = sample(training, "rlix_agent_pod_phase_seconds_total", **pod, phase="rollout")
+        assert spent is not None and spent > 0
     finally:
         trainer.close()

@@ -129,6 +129,10 @@ def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: st
     assert _can(
         local_cluster, namespace, f"{prefix}-scheduler", "update", lease, scope=f"-n={namespace}"
     ), "leader election needs its own lease"
+    assert _can(
+        local_cluster, namespace, f"{prefix}-operator", "update", "leases.coordination.k8s.io",
+        scope=f"-n={namespace}",
+    ), "the operator's replicas elect a leader on a Lease"  # fmt: skip
 
     # Upgrade: a changed value rolls out, nothing is duplicated.
     _helm_release(

@@ -17,6 +17,7 @@ from types import FrameType
 from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
 from rlix.agent.gpus import GpuBackend
 from rlix.agent.identities import CgroupResolver, PodDirectory, static_directory
+from rlix.agent.metrics import AgentMetrics
 from rlix.agent.park_space import ParkSpace
 from rlix.agent.parking_state import StateStore
 from rlix.agent.preemption import Preemption
@@ -157,6 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
         "suspend takes effect at the process's next phase boundary "
         "(default: %(default)s)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve Prometheus metrics (GPU memory, parked bytes, phases, suspensions) "
+        "on this port (0: off; the chart sets nodeAgent.metricsPort)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="0.0.0.0" if "KUBERNETES_SERVICE_HOST" in os.environ else "127.0.0.1",
+        help="address the metrics server listens on (default: 0.0.0.0 in a pod, "
+        "127.0.0.1 elsewhere)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -232,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     preemption.reconcile_parks()  # copies a killed agent left half-done or unowned
     for problem in preemption.load_problems:
         logging.error("unreadable suspended-pod record (kept for inspection): %s", problem)
+    metrics = AgentMetrics(args.node_name)
+    metrics.watch(backend.gpus, lambda: list(preemption.suspended.values()))
     server = AgentServer(
         socket_path=args.socket,
         node_name=args.node_name,
@@ -241,8 +257,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         preemption=preemption,
         now=now,
         control_pod_uid=args.control_pod_uid,
+        metrics=metrics,
     )
     server.bind()
+    if args.metrics_port:
+        metrics.serve(args.metrics_port, args.metrics_host)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         server.stop()

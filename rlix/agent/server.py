@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 from rlix.agent.connections import Connection
 from rlix.agent.gpus import BackendUnsupportedError, GpuBackend, gpu_annotation_doc
 from rlix.agent.identities import CgroupResolver, UnknownCallerError, peer_credentials
+from rlix.agent.metrics import AgentMetrics
 from rlix.agent.preemption import Preemption, rfc3339
 from rlix.agent.publication import BackgroundPublisher
 from rlix.core import agent_protocol as proto
@@ -47,6 +49,7 @@ class AgentServer:
         now: Callable[[], datetime],
         socket_mode: int = 0o666,
         control_pod_uid: str | None = None,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         # The agent's own pod: `kubectl exec` into it runs `rlix agent ...`,
         # which is a process in a pod but is the node's administrator.
@@ -64,6 +67,7 @@ class AgentServer:
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
         self._last_gpu_doc: str | None = None
+        self.metrics = metrics or AgentMetrics(node_name)
 
     # -- lifecycle ---------------------------------------------------------------
     def bind(self) -> None:
@@ -196,6 +200,7 @@ class AgentServer:
                 return previous[1]  # same phase again: "since" does not move
             since = rfc3339(self._now())
             self._phases[uid] = (phase, since)
+        self.metrics.phases.enter(uid, pod.namespace, pod.name, phase)
         if pod.namespace:
             self._publisher.pod(
                 pod.namespace,
@@ -213,15 +218,44 @@ class AgentServer:
             )
         uid = proto.require_str(req, "pod_uid")
         try:
+            reason = proto.parse_reason(req.args.get("reason"))
             if req.op == proto.OP_SUSPEND_POD:
                 target = proto.parse_target(req.args.get("target"))
-                result = self.preemption.suspend_pod(uid, target)
+                result = self._timed_suspend(uid, target, reason)
             else:
-                result = self.preemption.resume_pod(uid)
+                result = self._timed_resume(uid, reason)
         except proto.ProtocolError as exc:
             raise proto.ProtocolError(exc.code, exc.message, msg_id=req.id) from None
         self.publish_gpus()
         return proto.encode_reply(req.id, **result)
+
+    def _timed_suspend(
+        self, uid: str, target: proto.Location, reason: proto.Reason
+    ) -> dict[str, Any]:
+        """Suspend, counted by outcome and timed when it succeeds (a refusal takes no time)."""
+        node, place = self._node, target.place.value
+        started = time.perf_counter()
+        try:
+            result = self.preemption.suspend_pod(uid, target)
+        except proto.ProtocolError:
+            self.metrics.suspensions.labels(node, reason.value, place, "failed").inc()
+            raise
+        elapsed = time.perf_counter() - started
+        self.metrics.suspend_seconds.labels(node, reason.value, place).observe(elapsed)
+        self.metrics.suspensions.labels(node, reason.value, place, "ok").inc()
+        return result
+
+    def _timed_resume(self, uid: str, reason: proto.Reason) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            result = self.preemption.resume_pod(uid)
+        except proto.ProtocolError:
+            self.metrics.resumes.labels(self._node, reason.value, "failed").inc()
+            raise
+        elapsed = time.perf_counter() - started
+        self.metrics.resume_seconds.labels(self._node, reason.value).observe(elapsed)
+        self.metrics.resumes.labels(self._node, reason.value, "ok").inc()
+        return result
 
     def status(self) -> dict[str, Any]:
         with self._lock:

@@ -86,6 +86,13 @@ def add_parser(sub: Any) -> None:
     )
     resume = actions.add_parser("resume", help="resume a suspended pod")
     resume.add_argument("pod", help="namespace/name or pod UID")
+    for action in (suspend, resume):
+        action.add_argument(
+            "--reason",
+            choices=[r.value for r in proto.Reason],
+            default=proto.Reason.MANUAL.value,
+            help="why, as the agent's metrics count it (default: %(default)s)",
+        )
     p.set_defaults(run=run, action=None)
 
 
@@ -105,11 +112,17 @@ def run(args: argparse.Namespace) -> int:
             return 0
         uid = resolve_pod(args.pod, status)
         if args.action == "suspend":
-            body = _call(args, proto.OP_SUSPEND_POD, pod_uid=uid, target=str(args.target))
+            body = _call(
+                args,
+                proto.OP_SUSPEND_POD,
+                pod_uid=uid,
+                target=str(args.target),
+                reason=args.reason,
+            )
             where = ", ".join(f"pid {pid} -> {w}" for pid, w in sorted(body["parked"].items()))
             print(f"suspended {args.pod}: {where or 'nothing to park'}")
         else:
-            body = _call(args, proto.OP_RESUME_POD, pod_uid=uid)
+            body = _call(args, proto.OP_RESUME_POD, pod_uid=uid, reason=args.reason)
             pids = ", ".join(str(p) for p in body["resumed"])
             print(f"resumed {args.pod}: pid {pids}")
         return 0

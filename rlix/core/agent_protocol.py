@@ -48,8 +48,9 @@ OP_HELLO: Final = "hello"  # {"hooks": [names], "parked": manifest|null}
 OP_PHASE: Final = "phase"  # {"phase": "rollout"}
 OP_USAGE: Final = "usage"  # {"gpu": 0, "memory_mib": 1024, "utilization": 0.5}; simulated only
 # Requests an operator-side controller sends (refused from inside a pod).
-OP_SUSPEND_POD: Final = "suspend-pod"  # {"pod_uid": "...", "target": Location (a target)}
-OP_RESUME_POD: Final = "resume-pod"  # {"pod_uid": "..."}
+# suspend-pod: {"pod_uid": "...", "target": Location (a target), "reason": Reason}
+OP_SUSPEND_POD: Final = "suspend-pod"
+OP_RESUME_POD: Final = "resume-pod"  # {"pod_uid": "...", "reason": Reason}
 OP_STATUS: Final = "status"  # {}
 # Requests the agent sends to a client.
 OP_SUSPEND: Final = "suspend"  # {"target": Location}; reply: the manifest (+ "export")
@@ -67,8 +68,8 @@ _FIELDS: Final[Mapping[str, frozenset[str]]] = {
     OP_HELLO: frozenset({"hooks", "client", "parked"}),
     OP_PHASE: frozenset({"phase"}),
     OP_USAGE: frozenset({"gpu", "memory_mib", "utilization"}),
-    OP_SUSPEND_POD: frozenset({"pod_uid", "target"}),
-    OP_RESUME_POD: frozenset({"pod_uid"}),
+    OP_SUSPEND_POD: frozenset({"pod_uid", "target", "reason"}),
+    OP_RESUME_POD: frozenset({"pod_uid", "reason"}),
     OP_STATUS: frozenset(),
     OP_SUSPEND: frozenset({"target"}),
     OP_RELEASE: frozenset(),
@@ -337,3 +338,30 @@ def parse_target(value: Any) -> Location:
             f"the agent holds) or 'gpu:<index>' (spare HBM of that GPU), got {value!r}",
         )
     return target
+
+
+class Reason(StrEnum):
+    """Why a pod is suspended or resumed: the agent counts and times each by reason.
+
+    A closed set, so a metric label cannot grow without bound: ``preemption``
+    (a higher-priority job needs the GPUs, or gets them back), ``lending`` (a
+    rollout tail's idle GPUs lent out, or returned), ``manual`` (an
+    administrator, ``rlix agent``; the default).
+    """
+
+    PREEMPTION = "preemption"
+    LENDING = "lending"
+    MANUAL = "manual"
+
+
+def parse_reason(value: Any) -> Reason:
+    """The ``reason`` of a suspend-pod / resume-pod; absent means ``manual``."""
+    if value is None:
+        return Reason.MANUAL
+    try:
+        return Reason(value)
+    except ValueError:
+        valid = ", ".join(repr(r.value) for r in Reason)
+        raise ProtocolError(
+            E_BAD_FIELD, f"'reason' must be one of {valid}, got {value!r}"
+        ) from None

@@ -36,7 +36,7 @@ from rlix.operator.pods import planned_workloads
 from rlix.operator.queueing import AdmissionPolicy, gang_request
 from rlix.operator.recording import Recorder
 from rlix.operator.snapshots import build_snapshot
-from rlix.operator.statuses import rfc3339, with_condition
+from rlix.operator.statuses import parse_time, rfc3339, with_condition
 from rlix.operator.store import Body, Store
 
 log = logging.getLogger("rlix.operator")
@@ -192,6 +192,7 @@ class Admitter:
                 self.store.wakeup.set()
                 return
             self.reservations = entries
+        self.metrics.admitted_jobs.set(len(self.reservations))
         self.metrics.admission_seconds.observe(time.perf_counter() - started)
         by_key = {job.key: job for job in waiting}
         records = [self._record(by_key[k], d) for k, d in decisions.items()]
@@ -260,6 +261,9 @@ class Admitter:
             )
             if await self.recorder.status(job.key, job.status, new):
                 self.metrics.admitted.inc()
+                created = parse_time(job.metadata.get("creationTimestamp"))
+                if created is not None:
+                    self.metrics.queue_wait.observe(max(0.0, (now - created).total_seconds()))
                 await self.recorder.event(job.key, "Normal", "Admitted", message)
             return
         reason = str(decision.reason or WaitReason.WAITING_FOR_GPUS)

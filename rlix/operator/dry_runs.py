@@ -29,7 +29,7 @@ INVALID = (400, 422)
 
 
 def dry_run_pods(
-    manifest: Mapping[str, Any], *, agent_socket_dir: str
+    manifest: Mapping[str, Any], *, agent_socket_dir: str, scheduler_name: str
 ) -> list[tuple[int, dict[str, Any]]]:
     """(role index, pod) for replica 0 of every templated role of a valid manifest."""
     job, errors = parse(manifest)
@@ -39,7 +39,14 @@ def dry_run_pods(
     for i, role in enumerate(job.spec.roles):
         if role.template is None:
             continue
-        pod = build_pod(job, role, 0, owner_uid="", agent_socket_dir=agent_socket_dir)
+        pod = build_pod(
+            job,
+            role,
+            0,
+            owner_uid="",
+            agent_socket_dir=agent_socket_dir,
+            scheduler_name=scheduler_name,
+        )
         del pod["metadata"]["ownerReferences"]
         del pod["spec"]["priorityClassName"]
         out.append((i, pod))
@@ -47,10 +54,10 @@ def dry_run_pods(
 
 
 async def template_errors(
-    kube: Kube, manifest: Mapping[str, Any], *, agent_socket_dir: str
+    kube: Kube, manifest: Mapping[str, Any], *, agent_socket_dir: str, scheduler_name: str
 ) -> list[str]:
     """What the API server finds wrong with each templated role's pods, by role."""
-    pods = dry_run_pods(manifest, agent_socket_dir=agent_socket_dir)
+    pods = dry_run_pods(manifest, agent_socket_dir=agent_socket_dir, scheduler_name=scheduler_name)
 
     async def one(index: int, pod: dict[str, Any]) -> str | None:
         namespace = pod["metadata"]["namespace"]

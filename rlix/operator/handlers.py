@@ -21,6 +21,7 @@ from rlix.core.validation import Capacity
 from rlix.operator import webhook
 from rlix.operator.admitting import Admitter
 from rlix.operator.dry_runs import template_errors
+from rlix.operator.leadership import Leadership
 from rlix.operator.loop import run_loop
 from rlix.operator.reconciling import Reconciler
 from rlix.operator.snapshots import build_snapshot
@@ -45,7 +46,19 @@ class Runtime:
     admitter: Admitter
     reconciler: Reconciler
     options: Options
+    # None: no election, this process is the only operator (local runs, tests).
+    leadership: Leadership | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def lead(self) -> None:
+        """The work loop, once this replica leads; until then it only watches."""
+        metrics = self.admitter.metrics
+        if self.leadership is not None:
+            metrics.leader.set(0)
+            self.leadership.start()
+            await self.leadership.leading.wait()
+        metrics.leader.set(1)
+        await run_loop(self.store, self.admitter, self.reconciler)
 
     def capacity(self) -> Capacity | None:
         return Capacity.of(build_snapshot(self.store.nodes.values(), ()))
@@ -54,7 +67,10 @@ class Runtime:
         """The API server's verdict on the manifest's pod templates (webhook)."""
         reconciler = self.reconciler
         return await template_errors(
-            reconciler.kube, manifest, agent_socket_dir=reconciler.agent_socket_dir
+            reconciler.kube,
+            manifest,
+            agent_socket_dir=reconciler.agent_socket_dir,
+            scheduler_name=reconciler.scheduler_name,
         )
 
 
@@ -78,14 +94,16 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             settings.admission.server = options.webhook_server
         if options.register_webhook is not None:
             await options.register_webhook()
-        task = asyncio.create_task(run_loop(store, runtime.admitter, runtime.reconciler))
-        runtime.tasks.append(task)
+        runtime.tasks.append(asyncio.create_task(runtime.lead()))
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         for task in runtime.tasks:
             task.cancel()
         await asyncio.gather(*runtime.tasks, return_exceptions=True)
+        if runtime.leadership is not None:
+            # The loop is stopped: hand the Lease over now rather than after it expires.
+            await asyncio.to_thread(runtime.leadership.release)
 
     @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
     async def rljob_event(event: kopf.RawEvent, **_: Any) -> None:

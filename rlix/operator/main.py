@@ -4,6 +4,7 @@ Examples:
   rlix-operator --kubeconfig ~/.kube/config            # cluster-wide, webhook on 127.0.0.1:9443
   rlix-operator --no-webhook --metrics-port 9090        # no admission webhook
   rlix-operator --namespace team-a --namespace team-b   # watch only these namespaces
+  rlix-operator --leader-elect --ledger-namespace rlix-system   # one of several replicas
 
 The CRD (crds/rlix.io_rljobs.yaml) must be installed first. The webhook
 registers itself (ValidatingWebhookConfiguration "rlix.io", url-based
@@ -24,7 +25,7 @@ from pathlib import Path
 import kopf
 
 from rlix.core import names
-from rlix.operator import webhook
+from rlix.operator import leadership, webhook
 from rlix.operator.admitting import DEFAULT_WINDOW, Admitter
 from rlix.operator.certificates import make_certificates
 from rlix.operator.handlers import Options, Runtime, build_registry
@@ -66,6 +67,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--metrics-port", type=int, default=0, help="serve Prometheus metrics here (0: off)"
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="0.0.0.0" if "KUBERNETES_SERVICE_HOST" in os.environ else "127.0.0.1",
+        help="address the metrics server listens on (default: 0.0.0.0 in a pod, so the "
+        "chart's Service reaches it; 127.0.0.1 elsewhere)",
+    )
+    parser.add_argument(
+        "--scheduler-name",
+        default=os.environ.get("RLIX_SCHEDULER_NAME", names.SCHEDULER_NAME),
+        help="schedulerName of every role pod: the profile of the second kube-scheduler "
+        "(the chart's scheduler.name) (default: $RLIX_SCHEDULER_NAME or %(default)s)",
+    )
+    election = parser.add_argument_group(
+        "leader election",
+        "With several replicas, only the holder of a coordination.k8s.io Lease admits, "
+        "creates pods and writes status; the others watch and take over when its lease "
+        "runs out (client-go's algorithm and defaults).",
+    )
+    election.add_argument(
+        "--leader-elect", action="store_true", help="campaign for the Lease before acting"
+    )
+    election.add_argument(
+        "--leader-election-namespace",
+        help="namespace of the Lease (default: --ledger-namespace)",
+    )
+    election.add_argument(
+        "--leader-election-lease-name",
+        default=leadership.DEFAULT_LEASE,
+        help="name of the Lease (default %(default)s)",
+    )
+    election.add_argument(
+        "--leader-election-lease-duration",
+        type=int,
+        default=15,
+        help="seconds a standby waits after it last saw the Lease renewed before taking "
+        "it: the worst-case takeover time after a leader dies (default %(default)s)",
+    )
+    election.add_argument(
+        "--leader-election-renew-deadline",
+        type=int,
+        default=10,
+        help="seconds the leader keeps retrying a failed renewal before it exits "
+        "(default %(default)s)",
+    )
+    election.add_argument(
+        "--leader-election-retry-period",
+        type=int,
+        default=2,
+        help="seconds between renewals, and between a standby's tries (default %(default)s)",
     )
     parser.add_argument("--liveness", help="e.g. http://127.0.0.1:8080/healthz")
     parser.add_argument(
@@ -125,15 +176,34 @@ def _webhook(args: argparse.Namespace, kube: Kube) -> Options:
     return Options(webhook_server=server, register_webhook=register)
 
 
+def election_settings(args: argparse.Namespace) -> leadership.ElectionSettings | None:
+    """The Lease settings, or None without --leader-elect; bad timing exits with the rule."""
+    if not args.leader_elect:
+        return None
+    settings = leadership.ElectionSettings(
+        namespace=args.leader_election_namespace or args.ledger_namespace,
+        name=args.leader_election_lease_name,
+        lease_duration_s=args.leader_election_lease_duration,
+        renew_deadline_s=args.leader_election_renew_deadline,
+        retry_period_s=args.leader_election_retry_period,
+    )
+    errors = settings.errors()
+    if errors:
+        raise SystemExit("rlix-operator: " + "; ".join(errors))
+    return settings
+
+
 def build_runtime(args: argparse.Namespace) -> Runtime:
     def clock() -> datetime:
         return datetime.now(UTC)
 
+    settings = election_settings(args)
     store = Store()
-    kube = Kube(api_client(args.kubeconfig))
+    api = api_client(args.kubeconfig)
+    kube = Kube(api)
     metrics = Metrics()
     if args.metrics_port:
-        metrics.serve(args.metrics_port)
+        metrics.serve(args.metrics_port, args.metrics_host)
     recorder = Recorder(store, kube, clock)
     admitter = Admitter(
         store,
@@ -155,8 +225,10 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         clock,
         backoff_base_s=args.backoff_base_seconds,
         agent_socket_dir=args.agent_socket_dir,
+        scheduler_name=args.scheduler_name,
     )
-    return Runtime(store, admitter, reconciler, _webhook(args, kube))
+    elected = leadership.Leadership(settings, api) if settings is not None else None
+    return Runtime(store, admitter, reconciler, _webhook(args, kube), elected)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
-"""Prometheus metrics the operator exposes (``--metrics-port``).
+"""Prometheus metrics the operator exposes (``--metrics-port``, ``--metrics-host``).
 
 A private registry keeps tests that build several operators in one process
-from colliding on metric names.
+from colliding on metric names. Only the leader (see ``rlix.operator.leadership``)
+admits, so the queue and admission series move on one replica; ``rlix_operator_leader``
+says which, and standbys report an empty queue.
 """
 
 from __future__ import annotations
@@ -13,7 +15,25 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.queue_length = Gauge(
-            "rlix_operator_queue_length", "RLJobs waiting for admission", registry=self.registry
+            "rlix_operator_queue_length",
+            "RLJobs pending: waiting for admission (set by each admission pass)",
+            registry=self.registry,
+        )
+        self.admitted_jobs = Gauge(
+            "rlix_operator_admitted_jobs",
+            "RLJobs holding an admission (ledger entries of jobs not yet finished)",
+            registry=self.registry,
+        )
+        self.queue_wait = Histogram(
+            "rlix_operator_queue_wait_seconds",
+            "From an RLJob's creation to its admission",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "rlix_operator_leader",
+            "1 while this replica holds the leader Lease (or runs without election), else 0",
+            registry=self.registry,
         )
         self.jobs = Gauge(
             "rlix_operator_jobs", "RLJobs by state", ["state"], registry=self.registry
@@ -39,5 +59,5 @@ class Metrics:
             registry=self.registry,
         )
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+    def serve(self, port: int, addr: str) -> None:
         start_http_server(port, addr=addr, registry=self.registry)

@@ -98,8 +98,12 @@ def build_pod(
     owner_uid: str,
     admitted_node: str | None = None,
     agent_socket_dir: str = names.AGENT_SOCKET_DIR,
+    scheduler_name: str = names.SCHEDULER_NAME,
 ) -> dict[str, Any]:
     """The Pod for replica ``index`` of ``role``: the role's template plus what RLix owns.
+
+    ``scheduler_name`` is the profile the chart's second kube-scheduler serves
+    (``scheduler.name``), handed to the operator as ``--scheduler-name``.
 
     The template was checked against RLix's fields (``rlix.core.validation``),
     so nothing here overwrites a value the user set; the user's own labels,
@@ -136,7 +140,7 @@ def build_pod(
             tolerations.append(dict(names.GPU_TOLERATION))
         spec["tolerations"] = tolerations
     spec.update(
-        schedulerName=names.SCHEDULER_NAME,
+        schedulerName=scheduler_name,
         # The operator restarts failed pods itself, with backoff and a limit
         # counted per job; a kubelet restart loop would hide failures from it.
         restartPolicy="Never",

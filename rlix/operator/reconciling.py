@@ -68,6 +68,7 @@ class Reconciler:
     clock: Callable[[], datetime]
     backoff_base_s: float = 1.0
     agent_socket_dir: str = names.AGENT_SOCKET_DIR
+    scheduler_name: str = names.SCHEDULER_NAME
     _prerequisites: Prerequisites = field(init=False)
     _not_before: dict[str, float] = field(default_factory=dict)  # pod -> monotonic
     _failures_seen: set[str] = field(default_factory=set)  # pod uids counted already
@@ -252,6 +253,7 @@ class Reconciler:
                     owner_uid=uid,
                     admitted_node=place.node if place else None,
                     agent_socket_dir=self.agent_socket_dir,
+                    scheduler_name=self.scheduler_name,
                 )
             )
         if not todo:

@@ -172,3 +172,15 @@ def test_bad_suspend_targets_say_what_is_allowed(value: object) -> None:
     with pytest.raises(proto.ProtocolError, match="'target' must be 'self'") as err:
         proto.parse_target(value)
     assert err.value.code == proto.E_BAD_FIELD
+
+
+def test_suspend_and_resume_reasons_are_a_closed_set_defaulting_to_manual() -> None:
+    assert proto.parse_reason(None) is proto.Reason.MANUAL
+    assert proto.parse_reason("preemption") is proto.Reason.PREEMPTION
+    with pytest.raises(proto.ProtocolError, match="'reason' must be one of") as err:
+        proto.parse_reason("because")
+    assert err.value.code == proto.E_BAD_FIELD
+    request = proto.decode(
+        proto.encode_request(1, proto.OP_RESUME_POD, pod_uid="u", reason="lending")
+    )
+    assert isinstance(request, proto.Request) and request.args["reason"] == "lending"

@@ -54,17 +54,18 @@ def test_backoff_doubles_and_is_capped() -> None:
 def test_dry_run_covers_templated_roles_with_what_exists_before_the_job() -> None:
     manifest = yaml.safe_load((ROOT / "examples/verl-colocated.yaml").read_text())
     manifest["metadata"]["namespace"] = "team-a"
-    pods = dry_run_pods(manifest, agent_socket_dir="/run/rlix")
+    pods = dry_run_pods(manifest, agent_socket_dir="/run/rlix", scheduler_name="gpu-sched")
     # The short-form actor is typed through; only the templated reward role runs.
     assert [(i, p["metadata"]["name"]) for i, p in pods] == [(1, "verl-gsm8k-reward-0")]
     (_, pod) = pods[0]
     assert pod["metadata"]["namespace"] == "team-a"
     assert "ownerReferences" not in pod["metadata"]  # the job has no UID yet
     assert "priorityClassName" not in pod["spec"]  # created with the job's first pods
-    assert pod["spec"]["schedulerName"] == "rlix-scheduler"
+    # The operator's --scheduler-name (the chart's scheduler.name), not a constant.
+    assert pod["spec"]["schedulerName"] == "gpu-sched"
 
 
 def test_no_dry_run_for_a_manifest_the_rules_already_refuse() -> None:
     manifest = yaml.safe_load((ROOT / "examples/verl-colocated.yaml").read_text())
     manifest["spec"]["roles"][1]["template"]["spec"]["hostname"] = "x"
-    assert dry_run_pods(manifest, agent_socket_dir="/run/rlix") == []
+    assert dry_run_pods(manifest, agent_socket_dir="/run/rlix", scheduler_name="s") == []

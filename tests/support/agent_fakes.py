@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -58,8 +59,10 @@ class AgentProcess:
         park_dir: Path | None = None,
         control_pod_uid: str = "",
         kubeconfig: Path | None = None,
+        metrics_port: int = 0,
     ) -> None:
         self.root = root
+        self.metrics_port = metrics_port
         self.proc = root / "proc"
         self.state_dir = root / "state"
         self.park_dir = park_dir or root / "parked"
@@ -89,6 +92,8 @@ class AgentProcess:
             f"--control-pod-uid={control_pod_uid}",
             "--publish-interval=0.2",
             "--log-level=WARNING",
+            f"--metrics-port={metrics_port}",
+            "--metrics-host=127.0.0.1",
         ]
         self.popen: subprocess.Popen[bytes] | None = None
         self.log = root / "agent.log"
@@ -131,6 +136,12 @@ class AgentProcess:
     def control(self, op: str, *, timeout: float = 60.0, **args: Any) -> proto.Reply:
         """One request/reply on a fresh connection, as a controller would."""
         return exchange(self.socket, proto.encode_request(1, op, **args), timeout=timeout)
+
+    def metrics(self) -> str:
+        """The agent's /metrics page (needs ``metrics_port``)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
 
     def published(self) -> dict[tuple[str, str], dict[str, str]]:
         return read_published(self.state_dir / "published.jsonl")
