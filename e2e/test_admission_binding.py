@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import OperatorProcess, running_operator
-from e2e.extender_stand import ExtenderStand
-from e2e.kube import apply, get_json, wait_for
+from e2e.extender_stand import ExtenderStand, score_none
+from e2e.kube import apply, events_for, get_json, wait_for
 from e2e.kube import rljob_condition as condition
 from e2e.kube import rljob_state as state
 from rlix.core import names
@@ -48,7 +48,8 @@ def stand(cluster: Any) -> Iterator[ExtenderStand]:
 def operator(
     cluster: Any, stand: ExtenderStand, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    with running_operator(cluster, tmp_path_factory.mktemp("operator")) as op:
+    workdir = tmp_path_factory.mktemp("operator")
+    with running_operator(cluster, workdir, extra_args=("--replan-after-seconds", "3")) as op:
         yield op
 
 
@@ -158,3 +159,48 @@ def test_a_pod_binds_only_on_its_admitted_node_so_no_room_is_promised_twice(
     planned = pod["metadata"]["annotations"][names.ANNOTATION_ADMITTED_NODE]
     assert "filter" in stand.verbs_seen(pod["metadata"]["name"]), "the stand was asked"
     assert pod["spec"]["nodeName"] == planned, "bound off-plan"
+
+
+def test_a_gang_whose_planned_node_turns_unusable_is_planned_again(
+    cluster: Any,
+    namespace: str,
+    stand: ExtenderStand,
+    operator: OperatorProcess,
+) -> None:
+    """Cordoned after admission: the pinned pod can never bind, so the gang is re-planned."""
+    stand.scores = score_none
+    forbid_pods(cluster, namespace)  # admitted, no pod yet: the plan is all there is
+    apply(cluster, namespace, rljob("moves", 1))
+    wait_for("admitted", lambda: state(cluster, namespace, "moves") == "Admitted")
+    uid = get_json(cluster, "rlj", "moves", "-n", namespace)["metadata"]["uid"]
+    cm = get_json(cluster, "configmap", ledger.NAME, "-n", "default")
+    entry = json.loads(cm["data"][ledger.DATA_KEY])[f"{namespace}/moves"]
+    assert entry["uid"] == uid
+    ((planned, _),) = entry["pods"].values()
+    cluster.kubectl("cordon", planned)
+    try:
+        cluster.kubectl("delete", "resourcequota", "no-pods", "-n", namespace)
+        events = wait_for(
+            "a Replanning event",
+            lambda: [
+                e for e in events_for(cluster, namespace, "moves") if e["reason"] == "Replanning"
+            ],
+            timeout_s=90,
+        )
+        assert planned in events[0]["message"], events[0]["message"]
+
+        def running_elsewhere() -> str | None:
+            pods = get_json(cluster, "pods", "-n", namespace)["items"]
+            nodes = [
+                p["spec"].get("nodeName")
+                for p in pods
+                if not p["metadata"].get("deletionTimestamp")
+                and p["status"].get("phase") == "Running"
+            ]
+            return nodes[0] if nodes else None
+
+        node = wait_for("the pod running on another node", running_elsewhere, timeout_s=90)
+        assert node != planned
+        assert state(cluster, namespace, "moves") == "Running"
+    finally:
+        cluster.kubectl("uncordon", planned)
