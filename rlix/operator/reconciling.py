@@ -16,6 +16,7 @@ are revisited on every resync, so a crash at any point leaves no pod running.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ from rlix.operator.replanning import DEFAULT_AFTER_S, REASON_REPLANNING, Stuck, 
 from rlix.operator.replanning import message as replan_message
 from rlix.operator.statuses import PodView, observe, parse_time, running_state, with_condition
 from rlix.operator.store import Body, Store
+
+log = logging.getLogger("rlix.operator")
 
 ACTIVE = (JobState.ADMITTED, JobState.RUNNING)
 FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
@@ -298,6 +301,7 @@ class Reconciler:
         drops the job's ledger entry and decides it afresh.
         """
         text = replan_message(stuck, self.replan_after_s)
+        log.warning("re-planning %s: %s", job.key, text)
         uid = str(job.metadata.get("uid", ""))
         doomed = [n for n, b in self.store.pods_of(job.key).items() if owned_by(b, uid)]
         await asyncio.gather(*(self.kube.delete_pod(job.namespace, n) for n in doomed))
