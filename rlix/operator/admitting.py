@@ -170,7 +170,7 @@ class Admitter:
             and (c := job.status.condition(CONDITION_ADMITTED)) is not None
             and c.reason == REASON_REPLANNING
         ]
-        for key in stale:
+        for key in dict.fromkeys(stale):
             del entries[key]
         self.reservations = entries
         # Admitted in the ledger but not (yet) in status: a crash, or another
