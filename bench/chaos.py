@@ -19,7 +19,8 @@ Then it lets the cluster drain and checks the invariants:
 * no pod created twice (one UID per pod name over the whole run);
 * no byte lost: no trainer reported a restore that was not bit for bit, and no
   resume the agent refused for a mismatch;
-* no park file left in any agent's park dir;
+* no park file left in any agent's park dir, and no suspension record left in
+  any agent's state dir (a pod nobody resumed);
 * no GPU over-promised: at every sample, the gangs of admitted jobs plus the
   GPUs of the live pods of running jobs fit the cluster.
 
@@ -54,6 +55,11 @@ from rlix.operator.pods import planned_workloads
 from rlix.operator.snapshots import build_snapshot
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# Suspend refusals after which nothing can have parked.
+DEFINITE_REFUSALS = frozenset({"no such pod", "already suspended", "nothing registered"})
+# A suspend of unknown outcome answered "not suspended" this many times (a
+# second apart) has not parked: a late park lands at the next phase boundary.
+UNKNOWN_SUSPEND_CHECKS = 5
 SHORT = {"rollout": 1.2, "scoring": 0.3, "training": 0.8, "weight-sync": 0.2}
 
 
@@ -82,6 +88,9 @@ class Tallies:
     kills: Counter[str] = field(default_factory=Counter)
     suspends_ok: int = 0
     suspends_refused: Counter[str] = field(default_factory=Counter)
+    # Refused suspends that may still have parked (agent down, timeout, failed):
+    # resumed anyway.
+    suspends_unknown: int = 0
     resumes_ok: int = 0
     resumes_refused: Counter[str] = field(default_factory=Counter)
     in_flight_at_kill: int = 0
@@ -236,36 +245,61 @@ class Chaos(Demo):
         return proc.returncode == 0, out.strip()
 
     def _suspend_resume(self, runtime: PodRuntime, pod: Any, hold: float) -> None:
+        """Suspend, hold, resume; a suspend whose outcome is unknown is resumed too.
+
+        A suspend answered "agent down", "timeout" or "failed" may still have
+        parked the pod: the agent died after recording the park but before
+        answering, or the process parks at its next phase boundary after the
+        agent's wait ended (the record is saved when it does). So only a
+        definite refusal (nothing connected, already suspended, nothing to
+        park) skips the resume; otherwise it is asked until the agent answers,
+        and "not suspended" is asked again a few times in case the park lands
+        late (chaos-072 stayed suspended because nobody asked).
+        """
         ref = f"{pod.namespace}/{pod.name}"
         try:
             ok, out = self._agent(runtime, pod.node, "suspend", ref, "--target", self.args.target)
-            if not ok:
-                self.t.suspends_refused[_reason(out)] += 1
-                return
-            self.t.suspends_ok += 1
-            time.sleep(hold)
-            for _ in range(30):  # the agent may be down for a moment: retry until it answers
-                ok, out = self._agent(runtime, pod.node, "resume", ref)
-                if ok:
-                    self.t.resumes_ok += 1
-                    return
+            if ok:
+                self.t.suspends_ok += 1
+            else:
                 reason = _reason(out)
-                self.t.last_refusals.append(f"resume {ref}: {out[-300:]}")
-                if pod.uid not in runtime.running:
-                    # Its job finished and the operator deleted it while it was
-                    # parked (rollout pods run until their trainer is done): the
-                    # agent releases what it parked for a process that exits.
-                    self.t.gone_while_suspended += 1
+                self.t.suspends_refused[reason] += 1
+                if reason in DEFINITE_REFUSALS:
                     return
-                if reason in ("agent down", "timeout", "no such pod"):
-                    time.sleep(1)
-                    continue
-                self.t.resumes_refused[reason] += 1
-                return
-            self.t.resumes_refused["agent down for 30 tries"] += 1
+                self.t.suspends_unknown += 1
+            time.sleep(hold)
+            self._resume(runtime, pod, ref, known=ok)
         finally:
             with self.lock:
                 self.in_flight.pop(pod.uid, None)
+
+    def _resume(self, runtime: PodRuntime, pod: Any, ref: str, *, known: bool) -> None:
+        not_suspended = 0
+        for _ in range(30):  # the agent may be down for a moment: retry until it answers
+            ok, out = self._agent(runtime, pod.node, "resume", ref)
+            if ok:
+                self.t.resumes_ok += 1
+                return
+            reason = _reason(out)
+            self.t.last_refusals.append(f"resume {ref}: {out[-300:]}")
+            if pod.uid not in runtime.running:
+                # Its job finished and the operator deleted it while it was
+                # parked (rollout pods run until their trainer is done): the
+                # agent releases what it parked for a process that exits.
+                self.t.gone_while_suspended += 1
+                return
+            if not known and reason == "not suspended":
+                not_suspended += 1
+                if not_suspended >= UNKNOWN_SUSPEND_CHECKS:
+                    return  # it never parked, or the agent resumed it itself
+                time.sleep(1)
+                continue
+            if reason in ("agent down", "timeout", "no such pod"):
+                time.sleep(1)
+                continue
+            self.t.resumes_refused[reason] += 1
+            return
+        self.t.resumes_refused["agent down for 30 tries"] += 1
 
     # -- invariants -------------------------------------------------------------------
     def _sample(self, kube: Any, view: Any) -> bool:
@@ -426,6 +460,17 @@ class Chaos(Demo):
                     "states": {n: st for n, st in state.items() if st not in ("Succeeded",)},
                 }
 
+    def _records_left(self, *, deadline: float) -> list[str]:
+        assert self.workdir is not None
+        while True:
+            records = sorted(
+                str(p.relative_to(self.workdir))
+                for p in (self.workdir / "state").glob("*/suspended/*.json")
+            )
+            if not records or time.monotonic() >= deadline:
+                return records
+            time.sleep(0.5)
+
     def verdict(self, kube: Any) -> dict[str, Any]:
         jobs = kube.rljobs(self.namespace)
         states = Counter((j.get("status") or {}).get("state") or "Pending" for j in jobs)
@@ -436,6 +481,10 @@ class Chaos(Demo):
             for p in (self.workdir / "parked").rglob("*")
             if p.is_file()
         )
+        # A record left is a pod the agent holds suspended though every job
+        # finished: one nobody resumed. The agents reap the records of exited
+        # processes every publish interval (1 s), so allow them a few.
+        records = self._records_left(deadline=time.monotonic() + 10)
         # What the agent (resume refused: "mismatched [...]") and the client
         # ("integrity check failed") say when a restore is not bit for bit.
         mismatches = sum(
@@ -450,6 +499,7 @@ class Chaos(Demo):
             "no byte lost (no restore mismatch)": mismatches == 0
             and not any("mismatch" in r for r in self.t.resumes_refused),
             "no park file left": not leftovers,
+            "no suspension record left": not records,
             "no GPU over-promised": self.t.over_promised_samples == 0,
         }
         return {
@@ -458,12 +508,14 @@ class Chaos(Demo):
             "kills": dict(self.t.kills),
             "suspensions": self.t.suspends_ok,
             "suspensions_refused": dict(self.t.suspends_refused),
+            "suspensions_of_unknown_outcome_resumed": self.t.suspends_unknown,
             "resumes": self.t.resumes_ok,
             "resumes_refused": dict(self.t.resumes_refused),
             "pods_deleted_while_suspended": self.t.gone_while_suspended,
             "suspensions_in_flight_at_agent_kill": self.t.in_flight_at_kill,
             "pods_created_twice": twice,
             "park_files_left": leftovers,
+            "suspension_records_left": records,
             "restore_mismatches_in_logs": mismatches,
             "gpus": self.capacity,
             "max_gpus_promised": self.t.max_promised,
@@ -520,6 +572,8 @@ def report(result: dict[str, Any], argv: list[str]) -> str:
         f"| jobs | {c['jobs']} ({c['job_states']}) |",
         f"| kills (SIGKILL, then restart) | {c['kills']} |",
         f"| suspensions in place / refused | {c['suspensions']} / {c['suspensions_refused']} |",
+        f"| of the refused, outcome unknown (agent down, timeout, failed): resumed anyway | "
+        f"{c['suspensions_of_unknown_outcome_resumed']} |",
         f"| resumes / refused | {c['resumes']} / {c['resumes_refused']} |",
         f"| suspended pods deleted with their finished job (memory released) | "
         f"{c['pods_deleted_while_suspended']} |",

@@ -31,6 +31,7 @@ class OperatorProcess:
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.cluster = cluster
+        self.extra_args = extra_args
         self.workdir = workdir
         # e.g. --no-webhook, --leader-elect: a webhook-less operator is ready once live.
         self.extra_args = extra_args
@@ -96,11 +97,13 @@ class OperatorProcess:
 
 
 @contextmanager
-def running_operator(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
+def running_operator(
+    cluster: Any, workdir: Path, *, extra_args: tuple[str, ...] = ()
+) -> Iterator[OperatorProcess]:
     """CRD installed, operator up with its webhook; webhook config removed after."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
-    operator = OperatorProcess(cluster, workdir)
+    operator = OperatorProcess(cluster, workdir, extra_args=extra_args)
     operator.start()
     try:
         yield operator

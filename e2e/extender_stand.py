@@ -2,9 +2,10 @@
 
 It speaks the kube-scheduler extender protocol (k8s.io/kube-scheduler/extender/v1:
 Go field names, nodeCacheCapable so only NodeNames travel) and lets a test decide
-per call which nodes pass. It records every call so a test can prove the real
-kube-scheduler asked it. The real RLix extender is tested in its own tier; this
-stand only proves the cluster plumbing.
+per call which nodes pass and how each scores. It records every call so a test
+can prove the real kube-scheduler asked it. The real RLix extender is tested in
+its own tier; this stand proves the cluster plumbing, and plays an extender
+whose view disagrees with admission's.
 """
 
 from __future__ import annotations
@@ -17,9 +18,15 @@ from typing import Any
 
 # (pod, node names) -> {node: reason} for the nodes to reject.
 FilterRule = Callable[[dict[str, Any], list[str]], dict[str, str]]
+# (pod, node names) -> {node: score 0..10}; nodes left out score 0.
+ScoreRule = Callable[[dict[str, Any], list[str]], dict[str, int]]
 
 
 def accept_all(pod: dict[str, Any], nodes: list[str]) -> dict[str, str]:
+    return {}
+
+
+def score_none(pod: dict[str, Any], nodes: list[str]) -> dict[str, int]:
     return {}
 
 
@@ -27,6 +34,7 @@ class ExtenderStand:
     def __init__(self, port: int) -> None:
         self.port = port
         self.rule: FilterRule = accept_all
+        self.scores: ScoreRule = score_none
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         stand = self
@@ -65,7 +73,8 @@ class ExtenderStand:
                 "Error": "",
             }
         if verb == "prioritize":
-            return [{"Host": n, "Score": 0} for n in names]
+            scores = self.scores(pod, names)
+            return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
         if verb == "preempt":
             return {"NodeNameToMetaVictims": args.get("NodeNameToMetaVictims") or {}}
         return {"Error": f"unknown verb {verb!r}"}

@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -70,6 +71,9 @@ class Preemption:
         self._now = now
         self._timeout_s = timeout_s
         self._lock = threading.RLock()
+        # Notified whenever a process (re)connects: a resume after an agent
+        # restart waits on it for the recorded processes to come back.
+        self._attached = threading.Condition(self._lock)
         self._sessions: dict[str, dict[int, Connection]] = {}
         # (pod uid, pid) whose park file is being written or checked right now:
         # it has no "relocated" record yet, and must not be reconciled away.
@@ -89,6 +93,7 @@ class Preemption:
         assert conn.caller.pod is not None
         with self._lock:
             self._sessions.setdefault(conn.caller.pod.uid, {})[conn.pid] = conn
+            self._attached.notify_all()
 
     def detach(self, conn: Connection) -> None:
         assert conn.caller.pod is not None
@@ -494,12 +499,45 @@ class Preemption:
             self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_SUSPENDED: "true"})
 
     # -- resume ----------------------------------------------------------------
+    def _await_sessions(self, rec: SuspendedPod) -> dict[int, Connection]:
+        """The record's processes' connections, waiting for live ones to reconnect.
+
+        Right after an agent restart the record is back at once, but each
+        process reconnects only after its client's backoff (up to a second). A
+        resume refused in that moment would leave the pod suspended for a
+        controller that does not retry; so it waits, up to the suspend timeout,
+        for every process that is alive and not driver-checkpointed. Dead ones
+        are the reaper's.
+        """
+        deadline = time.monotonic() + self._timeout_s
+        with self._lock:
+            while True:
+                conns = dict(self._sessions.get(rec.uid, {}))
+                missing = [
+                    pid
+                    for pid, m in rec.processes.items()
+                    if pid not in conns and m.where.place is not Place.DRIVER and self._alive(pid)
+                ]
+                left = deadline - time.monotonic()
+                if not missing or left <= 0:
+                    return conns
+                log.info(
+                    "resume of %s/%s waits for pid(s) %s to reconnect",
+                    rec.namespace,
+                    rec.name,
+                    ", ".join(map(str, missing)),
+                )
+                self._attached.wait(timeout=left)
+
     def resume_pod(self, uid: str) -> dict[str, Any]:
         with self._lock:
             rec = self.suspended.get(uid)
             if rec is None:
                 raise proto.ProtocolError(proto.E_NOT_FOUND, f"pod {uid} is not suspended")
-            conns = dict(self._sessions.get(uid, {}))
+        conns = self._await_sessions(rec)
+        with self._lock:
+            if self.suspended.get(uid) is not rec:
+                raise proto.ProtocolError(proto.E_NOT_FOUND, f"pod {uid} is not suspended")
             work = dict(rec.processes)
         errors: list[str] = []
         resumed: list[int] = []

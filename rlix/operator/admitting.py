@@ -35,6 +35,7 @@ from rlix.operator.metrics import Metrics
 from rlix.operator.pods import planned_workloads
 from rlix.operator.queueing import AdmissionPolicy, gang_request
 from rlix.operator.recording import Recorder
+from rlix.operator.replanning import REASON_REPLANNING
 from rlix.operator.snapshots import build_snapshot
 from rlix.operator.statuses import parse_time, rfc3339, with_condition
 from rlix.operator.store import Body, Store
@@ -160,7 +161,16 @@ class Admitter:
         book = await self.kube.read_ledger(self.ledger_namespace)
         entries = dict(book.entries)
         stale = [k for k, e in entries.items() if await self._stale(k, e)]
-        for key in stale:
+        # Released by the reconciler (its plan could not bind): decided afresh.
+        stale += [
+            job.key
+            for job in self._waiting()
+            if job.key in entries
+            and entries[job.key].uid == job.metadata.get("uid")
+            and (c := job.status.condition(CONDITION_ADMITTED)) is not None
+            and c.reason == REASON_REPLANNING
+        ]
+        for key in dict.fromkeys(stale):
             del entries[key]
         self.reservations = entries
         # Admitted in the ledger but not (yet) in status: a crash, or another

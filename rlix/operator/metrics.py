@@ -47,6 +47,11 @@ class Metrics:
         self.pod_failures = Counter(
             "rlix_operator_pod_failures", "Role pods seen Failed", registry=self.registry
         )
+        self.replans = Counter(
+            "rlix_operator_replans",
+            "Admitted gangs released because a pod could not bind on its planned node",
+            registry=self.registry,
+        )
         self.reconcile_seconds = Histogram(
             "rlix_operator_reconcile_seconds",
             "Time to reconcile one RLJob (status, pods)",

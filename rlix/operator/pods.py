@@ -17,9 +17,10 @@ from rlix.core.snapshot import Workload
 from rlix.operator.peers import owner_reference, peer_env, service_name
 
 LABEL_INDEX = names.LABEL_REPLICA_INDEX
-# Where admission planned the pod. The scheduler may bind it elsewhere; until it
-# binds, the reservation is what keeps the next admission pass from promising
-# the same GPUs twice (also after an operator restart).
+# Where admission planned the pod: until it binds, the reservation is what keeps
+# the next admission pass from promising the same GPUs twice (also after an
+# operator restart). The pod's required node affinity (``pin_to_node``) makes the
+# scheduler bind it there and nowhere else.
 ANNOTATION_ADMITTED_NODE = names.ANNOTATION_ADMITTED_NODE
 
 
@@ -90,6 +91,32 @@ def _with_rlix(
     return out
 
 
+def pin_to_node(spec: dict[str, Any], node: str) -> dict[str, Any]:
+    """``spec`` with a required node affinity for ``node`` added to the template's own.
+
+    Why required affinity: admission promised this node's room to this pod and
+    counts it there until it binds, but kube-scheduler binds. If it bound the
+    pod elsewhere (its own scoring, the extender's, or no extender at all), the
+    admitter would count the pod on its real node while the planned node looked
+    free, and promise that room again. A required term is enforced by the
+    scheduler itself, whatever the extender says or whether it answers at all.
+    ``matchFields`` on ``metadata.name`` is what the DaemonSet controller pins
+    with. The template's own terms are kept: terms are ORed, so the pin is ANDed
+    into each of them.
+    """
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    affinity = dict(spec.get("affinity") or {})
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or []), pin]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    return {**spec, "affinity": affinity}
+
+
 def build_pod(
     job: RLJob,
     role: Role,
@@ -134,6 +161,8 @@ def build_pod(
         "hostPath": {"path": agent_socket_dir, "type": "DirectoryOrCreate"},
     }
     spec["volumes"] = [*(spec.get("volumes") or []), socket_volume]
+    if admitted_node:
+        spec = pin_to_node(spec, admitted_node)
     if role.gpus_per_replica:
         tolerations = list(spec.get("tolerations") or [])
         if names.GPU_TOLERATION not in tolerations:

@@ -16,6 +16,7 @@ are revisited on every resync, so a crash at any point leaves no pod running.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from datetime import datetime
 
 from rlix.core import names
 from rlix.core.rljob import (
+    CONDITION_ADMITTED,
     CONDITION_FAILED,
     CONDITION_RUNNING,
     CONDITION_SUCCEEDED,
@@ -40,8 +42,12 @@ from rlix.operator.metrics import Metrics
 from rlix.operator.pods import build_pod, desired_pod_names
 from rlix.operator.prerequisites import PERMANENT, Prerequisites, Refusal
 from rlix.operator.recording import Recorder
-from rlix.operator.statuses import PodView, observe, running_state, with_condition
+from rlix.operator.replanning import DEFAULT_AFTER_S, REASON_REPLANNING, Stuck, stuck_pods
+from rlix.operator.replanning import message as replan_message
+from rlix.operator.statuses import PodView, observe, parse_time, running_state, with_condition
 from rlix.operator.store import Body, Store
+
+log = logging.getLogger("rlix.operator")
 
 ACTIVE = (JobState.ADMITTED, JobState.RUNNING)
 FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
@@ -69,8 +75,11 @@ class Reconciler:
     backoff_base_s: float = 1.0
     agent_socket_dir: str = names.AGENT_SOCKET_DIR
     scheduler_name: str = names.SCHEDULER_NAME
+    replan_after_s: float = DEFAULT_AFTER_S
     _prerequisites: Prerequisites = field(init=False)
     _not_before: dict[str, float] = field(default_factory=dict)  # pod -> monotonic
+    # job -> monotonic: when a pod of it that is unschedulable now is due for re-planning
+    _recheck: dict[str, float] = field(default_factory=dict)
     _failures_seen: set[str] = field(default_factory=set)  # pod uids counted already
 
     def __post_init__(self) -> None:
@@ -82,7 +91,10 @@ class Reconciler:
         expired = [pod for pod, t in self._not_before.items() if t <= now]
         for pod in expired:
             del self._not_before[pod]
-        return sorted({pod.rsplit("/", 1)[0] for pod in expired})
+        recheck = [job for job, t in self._recheck.items() if t <= now]
+        for job in recheck:
+            del self._recheck[job]
+        return sorted({pod.rsplit("/", 1)[0] for pod in expired} | set(recheck))
 
     async def reconcile(self, key: str) -> None:
         if key not in self.store.jobs:
@@ -127,6 +139,12 @@ class Reconciler:
         if restarts > job.spec.backoff_limit:
             await self._fail(job, restarts, "BackoffLimitExceeded")
             return
+        stuck, wait = stuck_pods(pods, now, self.replan_after_s, parse_time(status.admitted_at))
+        if stuck:
+            await self._replan(job, stuck)
+            return
+        if wait is not None:
+            self._recheck[job.key] = time.monotonic() + wait
         refusal = await self._prerequisites.ensure(job)
         if refusal is None:
             refusal = await self._create_missing(job, desired, pods)
@@ -275,6 +293,33 @@ class Reconciler:
             return None
         reason = "PodRejected" if refusals[0].status in PERMANENT else "PodCreationRefused"
         return Refusal.of(refusals[0], "a pod", reason)
+
+    async def _replan(self, job: RLJob, stuck: list[Stuck]) -> None:
+        """Release a gang whose plan cannot bind: delete its pods, queue it again.
+
+        Delete first, queue second: a crash in between leaves an admitted job
+        whose pods are recreated on the same plan and found stuck again, never
+        a queued job with pods. The admission pass that sees ``Replanning``
+        drops the job's ledger entry and decides it afresh.
+        """
+        text = replan_message(stuck, self.replan_after_s)
+        log.warning("re-planning %s: %s", job.key, text)
+        uid = str(job.metadata.get("uid", ""))
+        doomed = [n for n, b in self.store.pods_of(job.key).items() if owned_by(b, uid)]
+        await asyncio.gather(*(self.kube.delete_pod(job.namespace, n) for n in doomed))
+        new = with_condition(
+            job.status.model_copy(update={"state": JobState.QUEUED}),
+            CONDITION_ADMITTED,
+            ConditionStatus.FALSE,
+            REASON_REPLANNING,
+            text,
+            now=self.clock(),
+            generation=job.metadata.get("generation"),
+        )
+        await self.recorder.status(job.key, job.status, new)
+        await self.recorder.event(job.key, "Warning", REASON_REPLANNING, text)
+        self.metrics.replans.inc()
+        self.store.queue_changed = True
 
     async def _fail(self, job: RLJob, restarts: int, reason: str, message: str = "") -> None:
         message = message or f"{restarts} pod failures, over backoffLimit {job.spec.backoff_limit}"

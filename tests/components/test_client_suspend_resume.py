@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import select
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -332,3 +334,107 @@ def test_agent_killed_while_a_suspend_waits_for_the_phase_boundary_converges(
             time.sleep(0.05)
         assert state == {"event": "state", "suspended": False, "connected": True}
         assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
+
+
+class InPhase:
+    """The IN_PHASE trainer: lines in, JSON events out."""
+
+    def __init__(self, proc: subprocess.Popen[str], agent: AgentProcess) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        self.proc, self.agent = proc, agent
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def read(self) -> dict[str, object]:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 60)
+        assert ready, f"the trainer said nothing: {self.agent.log_text()}"
+        event: dict[str, object] = json.loads(self.proc.stdout.readline())
+        return event
+
+    def settled_state(self) -> dict[str, object]:
+        """Ask until it says it is resumed (bounded): "restored" precedes the flip."""
+        deadline = time.monotonic() + 30
+        while True:
+            self.say("state")
+            state = self.read()
+            if not state["suspended"] or time.monotonic() > deadline:
+                return state
+            time.sleep(0.05)
+
+
+def resume_while_stopped(agent: AgentProcess, pid: int) -> proto.Reply:
+    """Restart the agent and ask a resume while ``pid`` cannot reconnect yet."""
+    os.kill(pid, signal.SIGSTOP)
+    answers: list[proto.Reply] = []
+    try:
+        agent.start()
+        resume = threading.Thread(
+            target=lambda: answers.append(agent.control(proto.OP_RESUME_POD, pod_uid=UID)),
+            daemon=True,
+        )
+        resume.start()
+        time.sleep(0.5)  # order only: the resume is asked before the trainer can return
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    resume.join(timeout=60)
+    (answer,) = answers
+    return answer
+
+
+@pytest.mark.parametrize("kill", ["mid-suspension", "after-suspension"])
+def test_a_controller_that_lost_its_suspend_answer_resumes_through_a_restarted_agent(
+    agent: AgentProcess, kill: str
+) -> None:
+    """Issue 18.6, the chaos run's chaos-072: the agent dies with the suspend answer.
+
+    The controller never learns whether the pod parked, so it resumes it (the
+    only safe move for an unknown outcome). It does so as soon as the restarted
+    agent answers, before the trainer has reconnected (the trainer is stopped
+    meanwhile, so its reconnect backoff cannot win the race). ``mid-suspension``:
+    the agent dies while the suspend waits for the phase boundary, so no record
+    exists and the trainer parks with nobody listening. ``after-suspension``:
+    the record was saved, only the answer was lost. Either way the trainer ends
+    resumed, bit for bit, with no record and no park file left.
+    """
+    record = agent.state_dir / "suspended" / f"{UID}.json"
+    with pod_process(agent, IN_PHASE) as proc:
+        t = InPhase(proc, agent)
+        assert t.read()["event"] == "ready"
+        wait_connected(agent, proc.pid)
+        t.say("enter")
+        assert t.read()["event"] == "in-phase"
+
+        def suspend() -> None:
+            with contextlib.suppress(OSError, proto.ProtocolError):  # the agent dies under it
+                agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, timeout=30)
+
+        waiter = threading.Thread(target=suspend, daemon=True)
+        waiter.start()
+        assert t.read()["event"] == "suspend-requested"
+        if kill == "mid-suspension":
+            agent.kill(signal.SIGKILL)
+        t.say("leave")
+        assert t.read()["event"] == "parked"
+        deadline = time.monotonic() + 30
+        while kill == "after-suspension" and not record.exists():
+            assert time.monotonic() < deadline, agent.log_text()
+            time.sleep(0.02)
+        agent.kill(signal.SIGKILL)
+        waiter.join(timeout=30)
+        answer = resume_while_stopped(agent, proc.pid)
+        if kill == "after-suspension":
+            assert answer.ok, (answer, agent.log_text())
+        else:
+            # No record: nothing for the controller to resume; the trainer's own
+            # hello tells the agent it parked, and the agent resumes it.
+            assert answer.error_code == proto.E_NOT_FOUND, answer
+        assert t.read()["event"] == "restored"
+        assert t.settled_state() == {"event": "state", "suspended": False, "connected": True}
+        status = agent.control(proto.OP_STATUS).body
+        assert UID not in status["suspended"], status
+        assert not record.exists()
+        assert not [p for p in agent.park_dir.rglob("*") if p.is_file()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rlix.core import names
@@ -9,7 +10,12 @@ from rlix.core.policy.admission import admit, queue_order
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import Node
-from rlix.operator.pods import ANNOTATION_ADMITTED_NODE, build_pod, desired_pod_names
+from rlix.operator.pods import (
+    ANNOTATION_ADMITTED_NODE,
+    build_pod,
+    desired_pod_names,
+    planned_workloads,
+)
 from rlix.operator.queueing import RLixAdmission, gang_request
 from rlix.operator.snapshots import build_snapshot, node_from_body
 from rlix.operator.store import Store
@@ -73,6 +79,27 @@ def test_unbound_pod_counts_at_its_admitted_node_and_finished_pods_free_gpus() -
     assert workload.node == "n1" and workload.gpus == 8
     assert pod["metadata"]["annotations"][ANNOTATION_ADMITTED_NODE] == "n1"
     assert name == "a-t-0"
+
+
+def test_a_pod_counts_once_at_its_admitted_node_until_bound_then_at_its_bound_node() -> None:
+    """Ledger twin, unbound pod, bound pod: never two of them, never two nodes."""
+    j = job("a", gpus=8)
+    (planned,) = planned_workloads(j)
+    twin = replace(planned, node="n1", gpu_indices=tuple(range(8)))
+    (_, (role, index)), *_ = desired_pod_names(j).items()
+    pod = build_pod(j, role, index, owner_uid="u", admitted_node="n1")
+    nodes = [node("n1"), node("n2")]
+
+    def where(pods: list[dict[str, Any]]) -> list[str | None]:
+        return [w.node for w in build_snapshot(nodes, pods, [twin]).workloads]
+
+    assert where([]) == ["n1"]  # only the ledger says so
+    assert where([pod]) == ["n1"]  # created, not bound: its admitted node
+    bound = pod | {"spec": {**pod["spec"], "nodeName": "n1"}}
+    assert where([bound]) == ["n1"]
+    # Bound (by anything) elsewhere: counted where it is, and nowhere else.
+    off = pod | {"spec": {**pod["spec"], "nodeName": "n2"}}
+    assert where([off]) == ["n2"]
 
 
 def test_gang_requests_order_by_priority_then_arrival() -> None:

@@ -14,6 +14,7 @@ from rlix.operator.pods import (
     ANNOTATION_ADMITTED_NODE,
     build_pod,
     desired_pod_names,
+    pin_to_node,
     planned_workloads,
 )
 from rlix.operator.snapshots import workload_from_pod
@@ -183,3 +184,46 @@ def test_sidecars_get_env_and_socket_but_no_gpus() -> None:
     assert "resources" not in sidecar
     assert any(e["name"] == "RLIX_AGENT_SOCKET" for e in sidecar["env"])
     assert sidecar["volumeMounts"][0]["name"] == names.AGENT_SOCKET_VOLUME
+
+
+PIN_KEY = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def test_admitted_pod_is_pinned_to_its_node_by_required_affinity() -> None:
+    job = ppo()
+    pod = build_pod(job, job.spec.roles[1], 0, owner_uid="uid-1", admitted_node="rlix-gpu-3")
+    terms = pod["spec"]["affinity"]["nodeAffinity"][PIN_KEY]["nodeSelectorTerms"]
+    pin = {"key": "metadata.name", "operator": "In", "values": ["rlix-gpu-3"]}
+    assert terms == [{"matchFields": [pin]}]
+    unplanned = build_pod(job, job.spec.roles[1], 0, owner_uid="uid-1")
+    assert "affinity" not in unplanned["spec"]
+
+
+def test_pin_is_anded_into_every_term_of_the_templates_own_affinity() -> None:
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    rack = {"key": "rack", "operator": "In", "values": ["r1"]}
+    spec = {
+        "containers": [],
+        "affinity": {
+            "nodeAffinity": {
+                PIN_KEY: {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [zone]},
+                        {"matchExpressions": [rack]},
+                    ]
+                }
+            },
+            "podAntiAffinity": {"x": 1},
+        },
+    }
+    out = pin_to_node(spec, "n1")
+    pin = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+    assert out["affinity"]["nodeAffinity"][PIN_KEY]["nodeSelectorTerms"] == [
+        {"matchExpressions": [zone], "matchFields": [pin]},
+        {"matchExpressions": [rack], "matchFields": [pin]},
+    ]
+    assert out["affinity"]["podAntiAffinity"] == {"x": 1}
+    # The template itself is not changed (it is shared by every replica).
+    assert spec["affinity"]["nodeAffinity"][PIN_KEY]["nodeSelectorTerms"][0] == {
+        "matchExpressions": [zone]
+    }
