@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -157,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         "suspend takes effect at the process's next phase boundary "
         "(default: %(default)s)",
     )
+    p.add_argument(
+        "--conduct-interval",
+        type=float,
+        default=1.0,
+        help="seconds between looks at this node's pods for desired suspensions "
+        "(rlix.io/desired-suspension, docs/conductor.md); kube mode only (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -175,6 +182,30 @@ def _pod_directory(args: argparse.Namespace, api: object | None) -> PodDirectory
                 raise SystemExit(f"--pod-map: {uid!r} must map to 'namespace/name', got {key!r}")
             pods[uid] = (namespace, name)
     return static_directory(pods)
+
+
+def _start_conducting(
+    args: argparse.Namespace,
+    api: object,
+    preemption: Preemption,
+    publisher: BackgroundPublisher,
+    now: Callable[[], datetime],
+) -> None:
+    """Carry out the conductor's desired suspensions for this node's pods."""
+    from rlix.agent.conducting import Conducting
+    from rlix.agent.kube_publishing import KubeNodePods
+    from rlix.agent.preemption import rfc3339
+
+    conducting = Conducting(
+        node=args.node_name,
+        pods=KubeNodePods(api, node=args.node_name),
+        executor=preemption,
+        publisher=publisher,
+        now=now,
+        rfc3339=rfc3339,
+    )
+    stop = threading.Event()
+    threading.Thread(target=conducting.run, args=(stop, args.conduct_interval), daemon=True).start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -262,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         relocator.unsupported_reason() or "available",
         args.park_dir,
     )
+    if api is not None:
+        _start_conducting(args, api, preemption, publisher, now)
     server.serve_forever()
     publisher.flush(timeout=5)
     publisher.stop()

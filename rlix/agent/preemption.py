@@ -279,6 +279,17 @@ class Preemption:
             freed.append(str(path))
         return freed
 
+    def parked_bytes(self, uid: str) -> int | None:
+        """Bytes the agent's record says this pod parked; None when it is not suspended."""
+        with self._lock:
+            rec = self.suspended.get(uid)
+            return sum(m.nbytes for m in rec.processes.values()) if rec is not None else None
+
+    def connected(self, uid: str) -> bool:
+        """Whether a process of this pod is connected (so there is someone to suspend)."""
+        with self._lock:
+            return bool(self._sessions.get(uid))
+
     # -- suspend -----------------------------------------------------------------
     def suspend_pod(self, uid: str, target: Location = proto.SELF) -> dict[str, Any]:
         if target.gpu is not None:
