@@ -151,3 +151,26 @@ def test_a_job_just_resumed_is_no_victim_yet() -> None:
     assert decide(snap, request, POLICY, clocks=clocks, now=100.0, config=config) == ()
     later = decide(snap, request, POLICY, clocks=clocks, now=200.0, config=config)
     assert kinds(later) == [("suspend", "default/low", str(Reason.PRIORITY))]
+
+
+def test_only_the_preemptible_pods_of_a_victim_job_are_parked_and_kept_parked() -> None:
+    roll = rollout("low-roll-0", "low", priority=1, gpu=0)
+    trainer = replace(
+        rollout("low-train-0", "low", priority=1, gpu=1, mib=20000),
+        role="trainer",
+        preemptible=False,
+    )
+    snap = one_node(roll, trainer)
+    high = pod("high-0").job("high").memory(70000).priority(10).build()
+    request = [waiting("high", 10, high)]
+    actions = decide(snap, request, POLICY, clocks={}, now=0.0)
+    assert kinds(actions) == [("suspend", "default/low", "Priority")]
+    assert actions[0].pods == ("default/low-roll-0",), "the trainer is never parked"
+    # Next pass, the high job still waits (no headroom published yet): its
+    # victim's parked memory stays reserved for it; nothing is resumed.
+    parked = one_node(replace(roll, suspended=True), trainer)
+    clocks = {"default/low": JobClock(suspended_at=0.0)}
+    assert decide(parked, request, POLICY, clocks=clocks, now=5.0) == ()
+    # Once it is gone (admitted elsewhere, or withdrawn) the rollout comes back.
+    back = decide(parked, [], POLICY, clocks=clocks, now=6.0)
+    assert kinds(back) == [("resume", "default/low", "MemoryFree")]

@@ -119,7 +119,7 @@ def plan_preemption(
             if best is None:
                 return None
             jobs = {w.job or w.name for w in best[2]}
-            trial = trial.without(w.name for w in trial.workloads if (w.job or w.name) in jobs)
+            trial = trial.without(w.name for w in trial.workloads if _parkable(w, jobs))
             only = ClusterSnapshot({best[1]: trial.nodes[best[1]]}, trial.workloads)
             placement, _ = place_pod(only, pod, policy)
             if placement is None:
@@ -153,6 +153,31 @@ def decide(
     trial = _keep_within_hbm(trial, actions)
     _resume_when_free(trial, clocks=clocks, now=now, config=config, actions=actions, held=held)
     return tuple(actions)
+
+
+def _parkable(w: Workload, jobs: Iterable[str]) -> bool:
+    """Whether ``w`` goes when its job is parked: its preemptible pods, never the others.
+
+    A job's parking unit is all of its preemptible pods together (never half of
+    its rollout replicas); its non-preemptible pods (a trainer) stay, waiting at
+    their next safe point for the rollout to come back. In the simulator every
+    pod of a job shares the job's flag, so this is the whole job there.
+    """
+    return (w.job or w.name) in set(jobs) and w.preemptible
+
+
+def _unit(trial: ClusterSnapshot, job: str) -> list[Workload]:
+    """The running pods parking ``job`` would take: all its preemptible ones, together."""
+    return [w for w in trial.workloads if not w.suspended and _parkable(w, (job,))]
+
+
+def _parked_jobs(trial: ClusterSnapshot, held: frozenset[str]) -> dict[str, list[Workload]]:
+    """Each parked job's parked pods (a person's holds left out)."""
+    out: dict[str, list[Workload]] = {}
+    for w in trial.workloads:
+        if w.suspended and (w.job or w.name) not in held:
+            out.setdefault(w.job or w.name, []).append(w)
+    return out
 
 
 def _jobs(workloads: Iterable[Workload]) -> dict[str, list[Workload]]:
@@ -196,7 +221,7 @@ def _park(trial: ClusterSnapshot, job: str) -> ClusterSnapshot:
     return replace(
         trial,
         workloads=tuple(
-            replace(w, suspended=True) if (w.job or w.name) == job else w for w in trial.workloads
+            replace(w, suspended=True) if _parkable(w, (job,)) else w for w in trial.workloads
         ),
     )
 
@@ -249,11 +274,7 @@ def _resume_aged(
     held: frozenset[str],
 ) -> ClusterSnapshot:
     """Bring back jobs parked past the bound, parking lower-priority residents for them."""
-    parked = {
-        j: ws
-        for j, ws in _jobs(trial.workloads).items()
-        if j not in held and all(w.suspended for w in ws)
-    }
+    parked = _parked_jobs(trial, held)
     aged = [
         (j, ws)
         for j, ws in parked.items()
@@ -278,12 +299,13 @@ def _resume_aged(
         attempt = trial
         taken: list[tuple[str, list[Workload]]] = []
         units = sorted(candidates.items(), key=lambda item: harm(item[1]))
-        for other, ws in units:
+        for other, _ in units:
             if _fits_back(attempt, pods):
                 break
-            if all(w.preemptible and w.priority < effective for w in ws):
+            unit = _unit(attempt, other)
+            if any(w.gpu_indices for w in unit) and max(w.priority for w in unit) < effective:
                 attempt = _park(attempt, other)
-                taken.append((other, ws))
+                taken.append((other, unit))
         if not _fits_back(attempt, pods):
             continue
         for other, ws in taken:
@@ -291,7 +313,7 @@ def _resume_aged(
                 Action(
                     Kind.SUSPEND,
                     other,
-                    tuple(sorted(w.name for w in ws if not w.suspended)),
+                    tuple(sorted(w.name for w in ws)),
                     Reason.AGED,
                     job,
                     f"{job} was parked longer than {config.max_suspended_s:.0f}s and needs "
@@ -323,13 +345,24 @@ def _admit_by_priority(
         if admission.admitted:
             trial = after  # fits as it is: admission places it, nothing to park
             continue
+        # Memory already parked for it (by an earlier pass) is the published
+        # headroom it is admitted into: reserve it, so nothing parked for this
+        # job is resumed under it, and park nobody else.
+        headroom = trial.without(
+            w.name for w in trial.workloads if w.suspended and w.priority < request.priority
+        )
+        admission, after = place_gang(headroom, request, policy)
+        if admission.admitted:
+            for placement in admission.placements:
+                pod = next(p for p in request.pods if p.name == placement.pod)
+                trial = trial.with_workload(bind(pod, placement))
+            continue
         plan = plan_preemption(trial, request, policy)
         if plan is None:
             continue  # waits; the admission condition says why
-        victims = _jobs(w for w in trial.workloads if (w.job or w.name) in plan.victims)
         for victim in plan.victims:
-            ws = victims.get(victim, [])
-            running = tuple(sorted(w.name for w in ws if not w.suspended))
+            ws = _unit(trial, victim)
+            running = tuple(sorted(w.name for w in ws))
             if not running:
                 continue
             managed = all(w.job for w in ws)
@@ -371,14 +404,14 @@ def _relieve(
     # (the one entering training or scoring is the one that needs the memory).
     keeper = max(residents, key=lambda w: (w.priority, harm([w])[1], w.name))
     units = _jobs(w for w in residents if (w.job or w.name) != (keeper.job or keeper.name))
-    members = _jobs(trial.workloads)
-    for job, _ in sorted(units.items(), key=lambda item: harm(item[1])):
+    for job, here in sorted(units.items(), key=lambda item: harm(item[1])):
         if over(trial) <= 0:
             break
-        whole = members[job]
-        if not all(w.preemptible and w.job and w.priority <= keeper.priority for w in whole):
+        whole = _unit(trial, job)
+        frees = any(w.name in {h.name for h in here} for w in whole)
+        if not frees or not all(w.job and w.priority <= keeper.priority for w in whole):
             continue
-        running = tuple(sorted(w.name for w in whole if not w.suspended))
+        running = tuple(sorted(w.name for w in whole))
         actions.append(
             Action(
                 Kind.SUSPEND,
@@ -415,11 +448,7 @@ def _resume_when_free(
     actions: list[Action],
     held: frozenset[str],
 ) -> None:
-    parked = [
-        (j, ws)
-        for j, ws in _jobs(trial.workloads).items()
-        if j not in held and all(w.suspended for w in ws)
-    ]
+    parked = list(_parked_jobs(trial, held).items())
 
     def order(item: tuple[str, list[Workload]]) -> tuple[int, float, str]:
         job, ws = item
