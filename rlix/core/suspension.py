@@ -101,9 +101,11 @@ class DesiredSuspension:
     requester: str = ""  # the job it is done for ("ns/name"), or "user"
     target: Location = SELF
     since: str = ""  # RFC 3339, when this generation was decided
+    nonce: str = ""  # the person's request it carries out, if any (SuspensionRequest)
 
     def to_json(self) -> str:
         doc = {
+            "nonce": self.nonce,
             "generation": self.generation,
             "state": self.state.value,
             "reason": self.reason,
@@ -130,6 +132,7 @@ class DesiredSuspension:
             requester=_text(ANNOTATION_DESIRED, doc, "requester"),
             target=location,
             since=_text(ANNOTATION_DESIRED, doc, "since"),
+            nonce=_text(ANNOTATION_DESIRED, doc, "nonce"),
         )
 
 
@@ -233,9 +236,14 @@ class PodSuspension:
 
     @property
     def suspended(self) -> bool:
-        """Parked, or asked to be: the conductor counts its memory as freed."""
-        if self.desired is not None and self.desired.state is State.SUSPENDED:
-            return True
+        """Parked, or asked to be: the conductor counts its memory as freed.
+
+        While the agent has not answered, the desired state counts (memory asked
+        away is going, asked back is coming); once it has, what it observed does
+        (a refused or rolled-back suspend left the pod running).
+        """
+        if self.desired is not None and self.pending:
+            return self.desired.state is State.SUSPENDED
         return self.observed is not None and self.observed.state is State.SUSPENDED
 
     @property

@@ -20,6 +20,7 @@ from rlix.core import names
 from rlix.core.validation import Capacity
 from rlix.operator import webhook
 from rlix.operator.admitting import Admitter
+from rlix.operator.conducting import Conductor
 from rlix.operator.dry_runs import template_errors
 from rlix.operator.loop import run_loop
 from rlix.operator.reconciling import Reconciler
@@ -45,6 +46,7 @@ class Runtime:
     admitter: Admitter
     reconciler: Reconciler
     options: Options
+    conductor: Conductor | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def capacity(self) -> Capacity | None:
@@ -78,7 +80,9 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
             settings.admission.server = options.webhook_server
         if options.register_webhook is not None:
             await options.register_webhook()
-        task = asyncio.create_task(run_loop(store, runtime.admitter, runtime.reconciler))
+        task = asyncio.create_task(
+            run_loop(store, runtime.admitter, runtime.reconciler, conductor=runtime.conductor)
+        )
         runtime.tasks.append(task)
 
     @kopf.on.cleanup(registry=registry)
