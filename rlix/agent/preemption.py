@@ -74,6 +74,7 @@ class Preemption:
         # (pod uid, pid) whose park file is being written or checked right now:
         # it has no "relocated" record yet, and must not be reconciled away.
         self._relocating: set[tuple[str, int]] = set()
+        self._suspending: set[str] = set()  # pod uids with a suspend in flight
         self.suspended, self.load_problems = store.load_all()
         for pod in self.suspended.values():
             backend.set_parked(frozenset(pod.processes), True)
@@ -285,6 +286,11 @@ class Preemption:
             rec = self.suspended.get(uid)
             return sum(m.nbytes for m in rec.processes.values()) if rec is not None else None
 
+    def suspending(self) -> list[str]:
+        """Pods whose suspend is in flight now (status: a suspend waits for park replies)."""
+        with self._lock:
+            return sorted(self._suspending)
+
     def connected(self, uid: str) -> bool:
         """Whether a process of this pod is connected (so there is someone to suspend)."""
         with self._lock:
@@ -292,6 +298,15 @@ class Preemption:
 
     # -- suspend -----------------------------------------------------------------
     def suspend_pod(self, uid: str, target: Location = proto.SELF) -> dict[str, Any]:
+        with self._lock:
+            self._suspending.add(uid)
+        try:
+            return self._suspend_pod(uid, target)
+        finally:
+            with self._lock:
+                self._suspending.discard(uid)
+
+    def _suspend_pod(self, uid: str, target: Location) -> dict[str, Any]:
         if target.gpu is not None:
             count = len(self._backend.gpus())
             if target.gpu >= count:

@@ -271,15 +271,16 @@ class Conductor:
 
     async def _refuse(self, key: str, why: Refusal, message: str) -> None:
         self._refusals[key] = (why.value, message)
-        self.metrics.refusals.labels(reason=why.value).inc()
-        await self._say(key, "Warning", why.value, message)
+        if await self._say(key, "Warning", why.value, message):
+            self.metrics.refusals.labels(reason=why.value).inc()
 
-    async def _say(self, key: str, kind: str, reason: str, message: str) -> None:
-        """One event per distinct message: a pass every second must not flood."""
+    async def _say(self, key: str, kind: str, reason: str, message: str) -> bool:
+        """One event per distinct message (a pass a second must not flood); True if said."""
         if self._said.get((key, reason)) == message:
-            return
+            return False
         self._said[(key, reason)] = message
         await self.recorder.event(key, kind, reason, message)
+        return True
 
     # -- 4. conditions ------------------------------------------------------------
     async def _conditions(self, now: datetime) -> None:
