@@ -12,6 +12,7 @@ pod's observed state.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +138,12 @@ def agents(cluster: Any) -> Iterator[list[AgentProcess]]:
         )  # fmt: skip
 
 
+def freeze(agent: AgentProcess, sig: signal.Signals) -> None:
+    """SIGSTOP / SIGCONT the agent (AgentProcess.kill waits for an exit)."""
+    assert agent.popen is not None
+    os.kill(agent.popen.pid, sig)
+
+
 def cli(cluster: Any, verb: str, namespace: str, job: str) -> None:
     kube = f"--kubeconfig={cluster.kubeconfig}"
     assert rlix([verb, "rljob", job, "-n", namespace, kube]) == 0
@@ -191,7 +198,7 @@ def test_operator_killed_between_desired_and_observed_asks_nothing_twice(
     try:
         wait_connected(agent, trainer.proc.pid, uid=uid)
         before = trainer.ready["digest"]
-        agent.kill(signal.SIGSTOP)  # the agent sees nothing until the operator is dead
+        freeze(agent, signal.SIGSTOP)  # the agent sees nothing until the operator is dead
         try:
             cli(cluster, "suspend", namespace, "cond-b")
             wait_for(
@@ -200,7 +207,7 @@ def test_operator_killed_between_desired_and_observed_asks_nothing_twice(
             )
             operator.kill()
         finally:
-            agent.kill(signal.SIGCONT)
+            freeze(agent, signal.SIGCONT)
         seen = observed(cluster, namespace, "cond-b-rollout-0", "Suspended")
         assert seen.generation == 1
         operator.start()
