@@ -45,7 +45,7 @@ from rlix.core.suspension import (
     State,
     SuspensionRequest,
 )
-from rlix.operator.admitting import WAITING
+from rlix.operator.admitting import WAITING, Admitter
 from rlix.operator.kube import Kube
 from rlix.operator.metrics import Metrics
 from rlix.operator.queueing import gang_request
@@ -78,6 +78,8 @@ class Conductor:
     policy: PlacementPolicy = field(default_factory=RLixPolicy)
     config: ConductConfig = field(default_factory=ConductConfig)
     target: Location = SELF  # where parked memory goes (docs/conductor.md, "Targets")
+    # Where admission put each pod (its GPUs), for pods that do not say it.
+    admitter: Admitter | None = None
     _accounted: dict[str, int] = field(default_factory=dict)  # pod uid -> generation
     _primed: bool = False
     _refusals: dict[str, tuple[str, str]] = field(default_factory=dict)  # job -> why
@@ -201,10 +203,20 @@ class Conductor:
             now=now,
             held=frozenset(held),
             config=self.config,
+            gpu_indices=self._planned_gpus(),
         )
         by_name = {f"{p['metadata'].get('namespace')}/{p['metadata']['name']}": p for p in pods}
         for action in actions:
             await self._apply(action, by_name, now)
+
+    def _planned_gpus(self) -> dict[str, tuple[int, ...]]:
+        if self.admitter is None:
+            return {}
+        return {
+            pod: placement.gpus
+            for entry in self.admitter.reservations.values()
+            for pod, placement in entry.placements.items()
+        }
 
     async def _apply(self, action: Action, pods: Mapping[str, Body], now: datetime) -> None:
         if action.kind in (Kind.EVICT, Kind.UNRESOLVED):

@@ -196,6 +196,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
             clock,
             config=ConductConfig(max_suspended_s=args.max_suspended_seconds),
             target=args.suspend_target,
+            admitter=admitter,
         )
     return Runtime(store, admitter, reconciler, _webhook(args, kube), conductor)
 

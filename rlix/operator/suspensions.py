@@ -65,17 +65,29 @@ def agent_alive(node: Body | None, now: datetime) -> bool:
     return beat is not None and (now - beat).total_seconds() <= AGENT_STALE_S
 
 
-def conduct_snapshot(nodes: Iterable[Body], pods: Iterable[Body]) -> ClusterSnapshot:
-    """The cluster as the conductor counts it: asked-for suspensions as parked."""
+def conduct_snapshot(
+    nodes: Iterable[Body],
+    pods: Iterable[Body],
+    gpu_indices: Mapping[str, tuple[int, ...]] | None = None,
+) -> ClusterSnapshot:
+    """The cluster as the conductor counts it: asked-for suspensions as parked.
+
+    ``gpu_indices`` ("ns/pod" -> GPUs) is where admission put each pod, for
+    pods that do not say it themselves: with whole ``nvidia.com/gpu`` nothing
+    on the pod names its GPUs (a DRA claim's allocation would), and the
+    conductor needs them to know who shares a GPU with whom.
+    """
     bodies = list(pods)
     parked = {pod_key(b) for b in bodies if suspension_of(b).suspended}
+    planned = gpu_indices or {}
     snapshot = build_snapshot(nodes, bodies)
-    return replace(
-        snapshot,
-        workloads=tuple(
-            replace(w, suspended=True) if w.name in parked else w for w in snapshot.workloads
-        ),
-    )
+    workloads = []
+    for read in snapshot.workloads:
+        w = read
+        if not w.gpu_indices and w.name in planned:
+            w = replace(w, gpu_indices=planned[w.name])
+        workloads.append(replace(w, suspended=True) if w.name in parked else w)
+    return replace(snapshot, workloads=tuple(workloads))
 
 
 def job_clocks(pods: Iterable[Body], job_of: Mapping[str, str]) -> dict[str, JobClock]:
@@ -118,9 +130,10 @@ def decide_on_cluster(
     now: datetime,
     held: frozenset[str] = frozenset(),
     config: ConductConfig | None = None,
+    gpu_indices: Mapping[str, tuple[int, ...]] | None = None,
 ) -> tuple[Action, ...]:
     """The core's decision on the watched objects: what the conductor acts on."""
-    snapshot = conduct_snapshot(nodes, pods)
+    snapshot = conduct_snapshot(nodes, pods, gpu_indices)
     job_of = {w.name: w.job for w in snapshot.workloads}
     clocks = job_clocks(pods, job_of)
     return decide(

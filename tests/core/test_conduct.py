@@ -174,3 +174,21 @@ def test_only_the_preemptible_pods_of_a_victim_job_are_parked_and_kept_parked() 
     # Once it is gone (admitted elsewhere, or withdrawn) the rollout comes back.
     back = decide(parked, [], POLICY, clocks=clocks, now=6.0)
     assert kinds(back) == [("resume", "default/low", "MemoryFree")]
+
+
+def test_a_lower_priority_non_preemptible_neighbour_does_not_hide_a_parking() -> None:
+    # Six GPUs of non-preemptible work, a trainer and a preemptible rollout:
+    # the rollout is parked, though the neighbour's name sorts first.
+    big = replace(
+        rollout("a-big-0", "a-big", priority=0, mib=60000),
+        gpus=6,
+        gpu_indices=tuple(range(6)),
+        preemptible=False,
+    )
+    trainer = replace(rollout("low-t-0", "low", priority=0, gpu=6), preemptible=False)
+    gen = rollout("low-gen-0", "low", priority=0, gpu=7)
+    snap = one_node(big, trainer, gen, gpus=8)
+    high = pod("high-0").job("high").memory(70000).priority(10).build()
+    actions = decide(snap, [waiting("high", 10, high)], POLICY, clocks={}, now=0.0)
+    assert kinds(actions) == [("suspend", "default/low", "Priority")]
+    assert actions[0].pods == ("default/low-gen-0",)
