@@ -305,6 +305,16 @@ def test_what_cannot_be_done_is_said(
         finish(cluster, namespace, job)
 
 
+def explain(cluster: Any, namespace: str, operator: OperatorProcess) -> str:
+    """What the cluster and the operator saw, for a failure message."""
+    pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "yaml", check=False).stdout
+    jobs = cluster.kubectl("get", "rlj", "-n", namespace, "-o", "yaml", check=False).stdout
+    ledger = cluster.kubectl(
+        "get", "configmap", "rlix-admission-ledger", "-n", "default", "-o", "yaml", check=False
+    ).stdout
+    return f"{pods}\n{jobs}\n{ledger}\n--- operator ---\n{operator.tail(120)}"
+
+
 def gpu_job(name: str, *, replicas: int, gpus: int, mib: int, priority: int = 0) -> dict[str, Any]:
     body = rljob(name, preemptible=False)
     trainer = body["spec"]["roles"][0]
@@ -346,7 +356,10 @@ def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
         wait_connected(agents[0], trainer.proc.pid, uid=uid)
         before = trainer.ready["digest"]
         apply(cluster, namespace, gpu_job("high", replicas=1, gpus=1, mib=70000, priority=10))
-        seen = observed(cluster, namespace, "low-gen-0", "Suspended")
+        try:
+            seen = observed(cluster, namespace, "low-gen-0", "Suspended")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
         desired, _, same_uid = pod_suspension(cluster, namespace, "low-gen-0")
         assert same_uid == uid, "parked in place, not deleted"
         assert desired is not None and desired.reason == "Priority"

@@ -154,11 +154,14 @@ def test_a_job_just_resumed_is_no_victim_yet() -> None:
 
 
 def test_only_the_preemptible_pods_of_a_victim_job_are_parked_and_kept_parked() -> None:
-    roll = rollout("low-roll-0", "low", priority=1, gpu=0)
+    # One gang (as the operator labels every job): its rollout is parked in
+    # place, its protected trainer stays.
+    roll = replace(rollout("low-roll-0", "low", priority=1, gpu=0), gang_size=2)
     trainer = replace(
         rollout("low-train-0", "low", priority=1, gpu=1, mib=20000),
         role="trainer",
         preemptible=False,
+        gang_size=2,
     )
     snap = one_node(roll, trainer)
     high = pod("high-0").job("high").memory(70000).priority(10).build()

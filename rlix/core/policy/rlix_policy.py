@@ -119,7 +119,8 @@ class RLixPolicy:
             free += w.gpus
         if not proposal:
             return None
-        names = choose_victims_on(self._view(snapshot), pod, node, proposal)
+        # The conductor and the simulator park victims in place.
+        names = choose_victims_on(self._view(snapshot), pod, node, proposal, in_place=True)
         if names is None:
             return None
         by_name = {w.name: w for w in snapshot.on_node(node)}
