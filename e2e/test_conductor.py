@@ -96,10 +96,15 @@ def observed(cluster: Any, namespace: str, pod: str, outcome: str) -> ObservedSu
     return wait_for(f"{pod}: {outcome} observed", probe, timeout_s=90)
 
 
-def condition(cluster: Any, namespace: str, job: str, status: str, reason: str) -> dict[str, Any]:
+def condition(
+    cluster: Any, namespace: str, job: str, status: str, reason: str, *, says: str = ""
+) -> dict[str, Any]:
+    """Wait for the job's Suspended condition (and a message that ``says`` this)."""
+
     def probe() -> dict[str, Any] | None:
         c = rljob_condition(cluster, namespace, job, CONDITION_SUSPENDED)
-        return c if c and c["status"] == status and c["reason"] == reason else None
+        ok = c and c["status"] == status and c["reason"] == reason and says in c["message"]
+        return c if ok else None
 
     return wait_for(f"{job}: {CONDITION_SUSPENDED}={status} ({reason})", probe, timeout_s=60)
 
@@ -175,15 +180,22 @@ def test_suspend_parks_the_rollout_pod_in_place_and_resume_brings_its_bytes_back
         desired, _, same_uid = pod_suspension(cluster, namespace, "cond-a-rollout-0")
         assert same_uid == uid, "suspended in place: the same pod, not a new one"
         assert desired is not None and desired.generation == 1 and desired.reason == "Manual"
-        held = condition(cluster, namespace, "cond-a", "True", "Manual")
-        assert "cond-a-rollout-0" in held["message"] and str(seen.parked_bytes) in held["message"]
+        held = condition(
+            cluster, namespace, "cond-a", "True", "Manual", says=f"{seen.parked_bytes} bytes"
+        )
+        assert "cond-a-rollout-0" in held["message"] and "waiting" not in held["message"]
 
         cli(cluster, "resume", namespace, "cond-a")
         observed(cluster, namespace, "cond-a-rollout-0", "Resumed")
         assert trainer.ask("digest")["digest"] == before, "every parked byte came back"
         condition(cluster, namespace, "cond-a", "False", "Running")
-        reasons = {e["reason"] for e in events_for(cluster, namespace, "cond-a")}
-        assert {"Suspended", "Resumed"} <= reasons, reasons
+        wait_for(
+            "Suspended and Resumed events on the job",
+            lambda: (
+                {"Suspended", "Resumed"}
+                <= {e["reason"] for e in events_for(cluster, namespace, "cond-a")}
+            ),
+        )
         assert 'rlix_conductor_suspensions_total{outcome="Suspended",reason="Manual"}' in (
             operator.metrics()
         )
@@ -299,8 +311,13 @@ def test_what_cannot_be_done_is_said(
     seen = observed(cluster, namespace, "cond-alone-rollout-0", "Refused")
     assert "NoMemoryRegistered" in seen.error and seen.state.value == "running"
     condition(cluster, namespace, "cond-alone", "False", "SuspendRefused")
-    reasons = {e["reason"] for e in events_for(cluster, namespace, "cond-alone")}
-    assert {"AgentDown", "SuspendRefused"} <= reasons, reasons
+    wait_for(
+        "AgentDown and SuspendRefused events on the job",
+        lambda: (
+            {"AgentDown", "SuspendRefused"}
+            <= {e["reason"] for e in events_for(cluster, namespace, "cond-alone")}
+        ),
+    )
     for job in ("cond-pinned", "cond-alone"):
         finish(cluster, namespace, job)
 

@@ -320,9 +320,19 @@ class Conductor:
 def _condition(
     states: list[tuple[Body, PodSuspension]], refusal: tuple[str, str] | None
 ) -> tuple[ConditionStatus, str, str]:
-    parked = [(p, s) for p, s in states if s.suspended and s.desired is not None]
+    # Parked now: asked away, or reported parked and not yet reported back (a
+    # pending resume still holds its memory off the GPU).
+    parked = [
+        (p, s)
+        for p, s in states
+        if s.desired is not None
+        and (s.suspended or (s.observed is not None and s.observed.state is State.SUSPENDED))
+    ]
     if parked:
-        first = parked[0][1].desired
+        first = next(
+            (s.desired for _, s in parked if s.desired and s.desired.state is State.SUSPENDED),
+            parked[0][1].desired,
+        )
         assert first is not None
         pods = ", ".join(sorted(p["metadata"]["name"] for p, _ in parked))
         nbytes = sum(s.observed.parked_bytes for _, s in parked if s.observed is not None)
