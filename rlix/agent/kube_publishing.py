@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rlix.agent.conducting import NodePod
 from rlix.agent.identities import PodIdentity
 from rlix.agent.publishing import Annotations, ObjectGoneError
 
@@ -58,6 +59,26 @@ class KubePodDirectory:
                 for p in pods.items
             }
         return self._by_uid.get(uid)
+
+
+class KubeNodePods:
+    """The pods bound to this node, with their annotations (the conductor's channel)."""
+
+    def __init__(self, api: Any, *, node: str) -> None:
+        self._api = api
+        self._node = node
+
+    def __call__(self) -> list[NodePod]:
+        pods = self._api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self._node}")
+        return [
+            NodePod(
+                uid=p.metadata.uid,
+                namespace=p.metadata.namespace,
+                name=p.metadata.name,
+                annotations=dict(p.metadata.annotations or {}),
+            )
+            for p in pods.items
+        ]
 
 
 def core_v1_api(kubeconfig: str | None) -> Any:

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="address the metrics server listens on (default: 0.0.0.0 in a pod, "
         "127.0.0.1 elsewhere)",
     )
+    p.add_argument(
+        "--conduct-interval",
+        type=float,
+        default=1.0,
+        help="seconds between looks at this node's pods for desired suspensions "
+        "(rlix.io/desired-suspension, docs/conductor.md); kube mode only (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -191,6 +198,44 @@ def _pod_directory(args: argparse.Namespace, api: object | None) -> PodDirectory
     return static_directory(pods)
 
 
+def _start_conducting(
+    args: argparse.Namespace,
+    api: object,
+    preemption: Preemption,
+    publisher: BackgroundPublisher,
+    now: Callable[[], datetime],
+) -> None:
+    """Carry out the conductor's desired suspensions for this node's pods."""
+    from rlix.agent.conducting import Conducting
+    from rlix.agent.kube_publishing import KubeNodePods
+    from rlix.agent.preemption import rfc3339
+
+    conducting = Conducting(
+        node=args.node_name,
+        pods=KubeNodePods(api, node=args.node_name),
+        executor=preemption,
+        publisher=publisher,
+        now=now,
+        rfc3339=rfc3339,
+    )
+    stop = threading.Event()
+    threading.Thread(target=conducting.run, args=(stop, args.conduct_interval), daemon=True).start()
+
+
+def _gpu_backend(args: argparse.Namespace) -> tuple[GpuBackend, Checkpointer, DeviceRelocator]:
+    """The GPUs, the driver checkpointer and the relocator for --backend."""
+    if args.backend == "simulated":
+        simulated = SimulatedBackend(gpu_count=args.sim_gpus, memory_mib=args.sim_gpu_memory_mib)
+        return (
+            simulated,
+            NoCheckpointer("simulated GPUs have no driver to checkpoint"),
+            SimulatedHbm(simulated),
+        )
+    from rlix.agent.nvml_gpus import NvmlBackend
+
+    return NvmlBackend(), CudaDriverCheckpointer(), CudaRelocator()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -203,21 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rlix-node-agent: --pod-map only applies with --no-kube", file=sys.stderr)
         return 2
 
-    backend: GpuBackend
-    checkpointer: Checkpointer
-    relocator: DeviceRelocator
-    if args.backend == "simulated":
-        simulated = SimulatedBackend(gpu_count=args.sim_gpus, memory_mib=args.sim_gpu_memory_mib)
-        backend = simulated
-        checkpointer = NoCheckpointer("simulated GPUs have no driver to checkpoint")
-        relocator = SimulatedHbm(simulated)
-    else:
-        from rlix.agent.nvml_gpus import NvmlBackend
-
-        backend = NvmlBackend()
-        checkpointer = CudaDriverCheckpointer()
-        relocator = CudaRelocator()
-
+    backend, checkpointer, relocator = _gpu_backend(args)
     api: object | None = None
     port: Publisher
     if args.no_kube:
@@ -281,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         relocator.unsupported_reason() or "available",
         args.park_dir,
     )
+    if api is not None:
+        _start_conducting(args, api, preemption, publisher, now)
     server.serve_forever()
     publisher.flush(timeout=5)
     publisher.stop()

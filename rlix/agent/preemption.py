@@ -78,6 +78,7 @@ class Preemption:
         # (pod uid, pid) whose park file is being written or checked right now:
         # it has no "relocated" record yet, and must not be reconciled away.
         self._relocating: set[tuple[str, int]] = set()
+        self._suspending: set[str] = set()  # pod uids with a suspend in flight
         self.suspended, self.load_problems = store.load_all()
         for pod in self.suspended.values():
             backend.set_parked(frozenset(pod.processes), True)
@@ -284,8 +285,33 @@ class Preemption:
             freed.append(str(path))
         return freed
 
+    def parked_bytes(self, uid: str) -> int | None:
+        """Bytes the agent's record says this pod parked; None when it is not suspended."""
+        with self._lock:
+            rec = self.suspended.get(uid)
+            return sum(m.nbytes for m in rec.processes.values()) if rec is not None else None
+
+    def suspending(self) -> list[str]:
+        """Pods whose suspend is in flight now (status: a suspend waits for park replies)."""
+        with self._lock:
+            return sorted(self._suspending)
+
+    def connected(self, uid: str) -> bool:
+        """Whether a process of this pod is connected (so there is someone to suspend)."""
+        with self._lock:
+            return bool(self._sessions.get(uid))
+
     # -- suspend -----------------------------------------------------------------
     def suspend_pod(self, uid: str, target: Location = proto.SELF) -> dict[str, Any]:
+        with self._lock:
+            self._suspending.add(uid)
+        try:
+            return self._suspend_pod(uid, target)
+        finally:
+            with self._lock:
+                self._suspending.discard(uid)
+
+    def _suspend_pod(self, uid: str, target: Location) -> dict[str, Any]:
         if target.gpu is not None:
             count = len(self._backend.gpus())
             if target.gpu >= count:

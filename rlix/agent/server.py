@@ -280,6 +280,8 @@ class AgentServer:
             "phases": phases,
             "pods": self.preemption.pods_doc(),
             "connected": self.preemption.sessions_doc(),
+            # Pods whose suspend is in flight (waiting for park replies).
+            "suspending": self.preemption.suspending(),
             "suspended": suspended,
             "stateProblems": self.preemption.load_problems,
         }

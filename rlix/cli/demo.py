@@ -37,6 +37,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpus", type=int, default=8, help="GPUs per node (default: 8)")
     p.add_argument("--timeout", type=float, default=900, help="give up after SECONDS")
     p.add_argument("--keep", action="store_true", help="keep the cluster running afterwards")
+    p.add_argument(
+        "--cluster-name",
+        default="rlix-demo",
+        help="name of the local cluster (two demos side by side need two names; "
+        "default: %(default)s)",
+    )
     p.add_argument("--workdir", type=Path, help="keep logs here (default: a temp dir)")
     p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
     p.add_argument(
@@ -61,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         timeout_s=args.timeout,
         keep=args.keep,
+        cluster_name=args.cluster_name,
         workdir=args.workdir,
         kubeconfig=args.kubeconfig,
     )

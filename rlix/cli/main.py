@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from rlix import __version__
-from rlix.cli import agent, cluster, completion, demo, describe, replay, simulate, top
+from rlix.cli import agent, cluster, completion, demo, describe, replay, simulate, suspend, top
 from rlix.cli.extras import missing_extra_message
 
 EPILOG = """\
@@ -26,6 +26,8 @@ examples:
   kubectl rlix top                        the same, as a kubectl plugin
   rlix simulate --mix small-lab           simulate RLix against the baselines
   rlix demo                               everything end to end on a local cluster
+  rlix suspend rljob grpo -n research     park a job's rollout pods in place (the conductor)
+  rlix resume rljob grpo -n research      bring them back
   rlix agent suspend ns/pod --target host on a GPU node: suspend a pod in place
 
 Docs: README.md in the RLix repository.
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_parser(sub)
     agent.add_parser(sub)
     completion.add_parser(sub)
+    suspend.add_parser(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from rlix.core import names
 from rlix.core.validation import Capacity
 from rlix.operator import webhook
 from rlix.operator.admitting import Admitter
+from rlix.operator.conducting import Conductor
 from rlix.operator.dry_runs import template_errors
 from rlix.operator.leadership import Leadership
 from rlix.operator.loop import run_loop
@@ -48,6 +49,7 @@ class Runtime:
     options: Options
     # None: no election, this process is the only operator (local runs, tests).
     leadership: Leadership | None = None
+    conductor: Conductor | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def lead(self) -> None:
@@ -58,7 +60,7 @@ class Runtime:
             self.leadership.start()
             await self.leadership.leading.wait()
         metrics.leader.set(1)
-        await run_loop(self.store, self.admitter, self.reconciler)
+        await run_loop(self.store, self.admitter, self.reconciler, conductor=self.conductor)
 
     def capacity(self) -> Capacity | None:
         return Capacity.of(build_snapshot(self.store.nodes.values(), ()))

@@ -158,6 +158,24 @@ class Kube:
             raise
         return result if isinstance(result, dict) else None
 
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> dict[str, Any] | None:
+        """Merge-patch a pod's annotations; the stored pod, or None when it is gone."""
+        body = {"metadata": {"annotations": dict(annotations)}}
+        try:
+            result = await self._request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                body,
+                "application/merge-patch+json",
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result if isinstance(result, dict) else None
+
     async def event(
         self, job: Mapping[str, Any], kind: str, reason: str, message: str, now: datetime
     ) -> None:

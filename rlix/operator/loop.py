@@ -16,6 +16,7 @@ from collections import Counter
 
 from rlix.core.rljob import JobState
 from rlix.operator.admitting import Admitter
+from rlix.operator.conducting import Conductor
 from rlix.operator.reconciling import Reconciler
 from rlix.operator.store import Store
 
@@ -30,8 +31,10 @@ async def run_loop(
     admission_every_s: float = 2.0,
     resync_every_s: float = 30.0,
     concurrency: int = 64,
+    conductor: Conductor | None = None,
+    conduct_every_s: float = 1.0,
 ) -> None:
-    last_admission = last_resync = 0.0
+    last_admission = last_resync = last_conduct = 0.0
     gate = asyncio.Semaphore(concurrency)
 
     async def one(key: str) -> None:
@@ -64,6 +67,14 @@ async def run_loop(
         store.dirty = set()
         if keys:
             await asyncio.gather(*(one(k) for k in sorted(keys)))
+        if conductor is not None and now - last_conduct >= conduct_every_s:
+            # After the reconciles: the conductor's condition lands on statuses
+            # they just wrote, and its writes are seen by the next pass.
+            last_conduct = now
+            try:
+                await conductor.run()
+            except Exception:
+                log.exception("conductor pass failed")
 
 
 def _count_states(store: Store, admitter: Admitter) -> None:

@@ -25,9 +25,12 @@ from pathlib import Path
 import kopf
 
 from rlix.core import names
+from rlix.core.agent_protocol import SELF, Location, ProtocolError, parse_target
+from rlix.core.policy.conduct import ConductConfig
 from rlix.operator import leadership, webhook
 from rlix.operator.admitting import DEFAULT_WINDOW, Admitter
 from rlix.operator.certificates import make_certificates
+from rlix.operator.conducting import Conductor
 from rlix.operator.handlers import Options, Runtime, build_registry
 from rlix.operator.kube import Kube, api_client
 from rlix.operator.metrics import Metrics
@@ -152,8 +155,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "role pod, which gets RLIX_AGENT_SOCKET=<dir>/agent.sock (the chart passes "
         "nodeAgent.socketDir; default %(default)s)",
     )
+    conduct = parser.add_argument_group("conductor (in-place suspension, docs/conductor.md)")
+    conduct.add_argument(
+        "--no-conductor",
+        action="store_true",
+        help="decide no suspension or resume (people's requests are not carried out either)",
+    )
+    conduct.add_argument(
+        "--max-suspended-seconds",
+        type=float,
+        default=ConductConfig().max_suspended_s,
+        help="a job parked longer is aged: it comes back first, parking lower-priority "
+        "work if it must (default %(default)s)",
+    )
+    conduct.add_argument(
+        "--suspend-target",
+        default=str(SELF),
+        type=_target,
+        help="where parked memory goes: 'self' (the pod's own pinned host pool), 'host' "
+        "(host memory the node agent holds) or 'gpu:<i>' (default %(default)s)",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
+
+
+def _target(value: str) -> Location:
+    try:
+        return parse_target(value)
+    except ProtocolError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _webhook(args: argparse.Namespace, kube: Kube) -> Options:
@@ -237,7 +267,19 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         scheduler_name=args.scheduler_name,
     )
     elected = leadership.Leadership(settings, api) if settings is not None else None
-    return Runtime(store, admitter, reconciler, _webhook(args, kube), elected)
+    conductor = None
+    if not args.no_conductor:
+        conductor = Conductor(
+            store,
+            kube,
+            recorder,
+            metrics,
+            clock,
+            config=ConductConfig(max_suspended_s=args.max_suspended_seconds),
+            target=args.suspend_target,
+            admitter=admitter,
+        )
+    return Runtime(store, admitter, reconciler, _webhook(args, kube), elected, conductor)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,5 +64,42 @@ class Metrics:
             registry=self.registry,
         )
 
+        # The conductor (docs/conductor.md): what was parked and brought back, why.
+        self.suspensions = Counter(
+            "rlix_conductor_suspensions",
+            "Suspensions the node agents reported, by reason and outcome",
+            ["reason", "outcome"],
+            registry=self.registry,
+        )
+        self.resumes = Counter(
+            "rlix_conductor_resumes",
+            "Resumes the node agents reported, by reason and outcome",
+            ["reason", "outcome"],
+            registry=self.registry,
+        )
+        self.refusals = Counter(
+            "rlix_conductor_refusals",
+            "Suspensions not asked for or not carried out, by why",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.evictions = Counter(
+            "rlix_conductor_eviction_fallbacks",
+            "Times parking could not free enough and eviction was the only way left",
+            registry=self.registry,
+        )
+        self.suspension_seconds = Histogram(
+            "rlix_conductor_latency_seconds",
+            "From the conductor's desired state to the agent's report, by action",
+            ["action"],
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self.parked_bytes = Gauge(
+            "rlix_conductor_parked_bytes",
+            "Device memory parked off the GPUs now, as the node agents reported it",
+            registry=self.registry,
+        )
+
     def serve(self, port: int, addr: str) -> None:
         start_http_server(port, addr=addr, registry=self.registry)

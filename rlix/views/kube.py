@@ -60,6 +60,11 @@ class Kube:
         )
         return list(out.get("items", []))
 
+    def patch_rljob(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Merge-patch an RLJob (its metadata: a request annotation)."""
+        g, v, p = names.GROUP, names.VERSION, names.PLURAL
+        self._custom.patch_namespaced_custom_object(g, v, namespace, p, name, body)
+
     def patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         self._core.patch_namespaced_pod(name, namespace, body)
 

@@ -100,9 +100,13 @@ class RLixPolicy:
     def victims(
         self, snapshot: ClusterSnapshot, pod: Workload, node: str
     ) -> tuple[Workload, ...] | None:
+        # The stand-in for kube-scheduler's proposal (it would remove every
+        # lower-priority pod, then reprieve what it can): preemptible pods
+        # first, so a non-preemptible neighbour of lower priority does not
+        # inflate the GPUs the victims must free and hide a valid parking.
         residents = sorted(
             (w for w in snapshot.on_node(node) if not w.suspended and w.priority < pod.priority),
-            key=lambda w: (w.priority, w.name),
+            key=lambda w: (not w.preemptible, w.priority, w.name),
         )
         n = snapshot.nodes[node]
         used = {i for w in snapshot.on_node(node) if not w.suspended for i in w.gpu_indices}
@@ -115,7 +119,8 @@ class RLixPolicy:
             free += w.gpus
         if not proposal:
             return None
-        names = choose_victims_on(self._view(snapshot), pod, node, proposal)
+        # The conductor and the simulator park victims in place.
+        names = choose_victims_on(self._view(snapshot), pod, node, proposal, in_place=True)
         if names is None:
             return None
         by_name = {w.name: w for w in snapshot.on_node(node)}

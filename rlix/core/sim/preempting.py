@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from rlix.core.policy.admission import Admission, GangRequest, bind, place_pod
+from rlix.core.policy.conduct import plan_preemption
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster
@@ -148,29 +149,11 @@ def try_preempt(sim: Engine, run: Run, t: float) -> bool:
             nodes.update(dict.fromkeys(n for n, _ in r.placements))
     snapshot = sim.cluster.snapshot(nodes, sim.runs, t)
     request = sim.request(run, t)
-    trial, victims, placed = snapshot, set(), []
-    for pod in request.pods:
-        placement, _ = place_pod(trial, pod, sim.policy)
-        if placement is None:
-            best = None
-            for node in trial.nodes:
-                chosen = sim.policy.victims(trial, pod, node)
-                if chosen:
-                    harm = (max(w.priority for w in chosen), sum(w.gpus for w in chosen))
-                    if best is None or harm < best[0]:
-                        best = (harm, node, chosen)
-            if best is None:
-                return False
-            jobs = {w.job for w in best[2]}
-            trial = trial.without(w.name for w in trial.workloads if w.job in jobs)
-            only = ClusterSnapshot({best[1]: trial.nodes[best[1]]}, trial.workloads)
-            placement, _ = place_pod(only, pod, sim.policy)
-            if placement is None:
-                return False
-            victims |= jobs
-        placed.append(placement)
-        trial = trial.with_workload(bind(pod, placement))
-    admission = Admission(run.spec.name, True, tuple(placed))
+    # The conductor's own choice (rlix.core.policy.conduct), as on a cluster.
+    plan = plan_preemption(snapshot, request, sim.policy)
+    if plan is None:
+        return False
+    admission, victims = plan.admission, set(plan.victims)
     if sim.trace is not None:
         sim.trace(
             DecisionRecord(t, "preempt", snapshot, request, admission, tuple(sorted(victims)))

@@ -10,7 +10,11 @@ suspension, so RLix rewrites each node's list:
 * **Never half a gang.** A pod of a gang (``gang_size > 1``) is taken only with
   every other member of its job, and only if they all sit on this node: victims
   of one node are all the scheduler will remove, so a gang spread over several
-  nodes cannot be taken whole and is left alone.
+  nodes cannot be taken whole and is left alone. *In place* (the conductor and
+  the simulator park rather than delete), the unit is every preemptible member
+  of the job: its rollout replicas go together, while its non-preemptible
+  members (the trainer) stay and wait at their next safe point, so a job whose
+  trainer is protected still has a rollout that can be parked.
 * **Least harm first.** Candidates are taken in order of (priority, phase cost,
   needs eviction rather than in-place suspension, GPUs): a low-priority RLix
   rollout pod can be suspended in place by its node agent and resumed later, so
@@ -60,8 +64,11 @@ def _eligible(pod: Workload, w: Workload) -> bool:
     return w.preemptible and w.priority < pod.priority and w.name != pod.name
 
 
-def victim_units(view: PlacementView, pod: Workload, node: str) -> list[tuple[Workload, ...]]:
-    """Groups of pods on ``node`` that may be taken together (a pod, or a whole gang)."""
+def victim_units(
+    view: PlacementView, pod: Workload, node: str, *, in_place: bool = False
+) -> list[tuple[Workload, ...]]:
+    """Groups of pods on ``node`` that may be taken together (a pod, or a whole gang;
+    with ``in_place``, a gang's preemptible members)."""
     load = view.load(node)
     if load is None:
         return []
@@ -74,6 +81,8 @@ def victim_units(view: PlacementView, pod: Workload, node: str) -> list[tuple[Wo
             if len(members) < w.gang_size:
                 # Part of the gang is unknown to us: it may be elsewhere.
                 continue
+            if in_place:
+                members = tuple(m for m in members if m.preemptible)
             if any(m.node != node or not _eligible(pod, m) for m in members):
                 continue
             unit = tuple(sorted(members, key=lambda m: m.name))
@@ -84,7 +93,12 @@ def victim_units(view: PlacementView, pod: Workload, node: str) -> list[tuple[Wo
 
 
 def choose_victims_on(
-    view: PlacementView, pod: Workload, node: str, proposed: Sequence[str]
+    view: PlacementView,
+    pod: Workload,
+    node: str,
+    proposed: Sequence[str],
+    *,
+    in_place: bool = False,
 ) -> tuple[str, ...] | None:
     """The least-harm victim names on ``node``, or None when no valid set exists.
 
@@ -116,7 +130,7 @@ def choose_victims_on(
     removed = {w.name for w in required}
     chosen: list[tuple[Workload, ...]] = []
     done = satisfied(removed)
-    for unit in victim_units(view, pod, node):
+    for unit in victim_units(view, pod, node, in_place=in_place):
         if done:
             break
         if all(w.name in removed for w in unit):

@@ -1,0 +1,69 @@
+"""What the operator's conductor reads off pods and nodes before the core decides."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rlix.core.suspension import (
+    ANNOTATION_AGENT_HEARTBEAT,
+    ANNOTATION_DESIRED,
+    ANNOTATION_OBSERVED,
+    DesiredSuspension,
+    ObservedSuspension,
+    Outcome,
+    State,
+)
+from rlix.operator.suspensions import agent_alive, conduct_snapshot, job_clocks
+from tests.builders.objects import node_object, pod_object
+from tests.builders.placement import node, pod
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def _pod(name: str, **notes: str) -> dict[str, object]:
+    body = pod_object(pod(name).job("j").role("rollout").memory(1000).on("n1").build())
+    body["metadata"]["annotations"].update(notes)  # type: ignore[index]
+    return body
+
+
+def test_asked_suspensions_count_as_parked_and_gpus_come_from_admission() -> None:
+    asked = DesiredSuspension(1, State.SUSPENDED, "Manual", since="2026-01-01T11:00:00Z")
+    refused = ObservedSuspension(1, State.RUNNING, Outcome.REFUSED, error="x")
+    pods = [
+        _pod("a", **{ANNOTATION_DESIRED: asked.to_json()}),
+        _pod("b", **{ANNOTATION_DESIRED: asked.to_json(), ANNOTATION_OBSERVED: refused.to_json()}),
+    ]
+    snap = conduct_snapshot(
+        [node_object(node("n1").build())], pods, {"default/a": (3,), "default/b": (4,)}
+    )
+    by_name = {w.name: w for w in snap.workloads}
+    assert by_name["default/a"].suspended, "asked away: counted as going"
+    assert not by_name["default/b"].suspended, "refused: it runs"
+    assert by_name["default/a"].gpu_indices == (3,) and by_name["default/b"].gpu_indices == (4,)
+
+
+def test_job_clocks_come_from_the_pods_own_stamps() -> None:
+    parked = DesiredSuspension(1, State.SUSPENDED, "Priority", since="2026-01-01T11:00:00Z")
+    back = DesiredSuspension(2, State.RUNNING, "MemoryFree", since="2026-01-01T11:30:00Z")
+    done = ObservedSuspension(2, State.RUNNING, Outcome.RESUMED, at="2026-01-01T11:31:00Z")
+    pods = [
+        _pod("a", **{ANNOTATION_DESIRED: parked.to_json()}),
+        _pod("b", **{ANNOTATION_DESIRED: back.to_json(), ANNOTATION_OBSERVED: done.to_json()}),
+    ]
+    clocks = job_clocks(pods, {"default/a": "default/x", "default/b": "default/y"})
+    assert clocks["default/x"].suspended_at == datetime(2026, 1, 1, 11, tzinfo=UTC).timestamp()
+    assert clocks["default/y"].resumed_at == datetime(2026, 1, 1, 11, 31, tzinfo=UTC).timestamp()
+
+
+def test_an_agent_is_alive_only_with_a_fresh_heartbeat() -> None:
+    def with_beat(at: datetime | None) -> dict[str, object]:
+        body = node_object(node("n1").build())
+        if at is not None:
+            stamp = at.isoformat().replace("+00:00", "Z")
+            body["metadata"].setdefault("annotations", {})[ANNOTATION_AGENT_HEARTBEAT] = stamp  # type: ignore[union-attr]
+        return body
+
+    assert agent_alive(with_beat(NOW - timedelta(seconds=10)), NOW)
+    assert not agent_alive(with_beat(NOW - timedelta(minutes=5)), NOW)
+    assert not agent_alive(with_beat(None), NOW)
+    assert not agent_alive(None, NOW)
