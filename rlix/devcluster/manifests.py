@@ -9,11 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlix.core import names
+from rlix.core import dra, names
 
 # kwok's controller only manages nodes carrying this annotation (kwokctl starts it
 # with --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+# Consumable capacity (KEP-5075: several claims share one device's memory) is
+# alpha behind this gate in 1.34-1.35 and on by default from 1.36; every
+# control-plane component that validates or allocates claims needs it. A gate
+# that went GA is still accepted (locked on) for several releases.
+FEATURE_GATES = "DRAConsumableCapacity=true"
+
+
+def bootstrap_objects() -> list[dict[str, Any]]:
+    """Cluster-wide objects RLix needs beside its nodes: the gpu.rlix.io DeviceClass."""
+    return [dra.device_class()]
 
 
 @dataclass(frozen=True, slots=True)
