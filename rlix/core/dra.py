@@ -193,6 +193,7 @@ class ClaimPlan:
     name: str
     uuids: tuple[str, ...]
     memory_mib: int
+    gpus: tuple[int, ...] = ()  # the indices the uuids name (the node's GPUs)
 
 
 def plan_claim(
@@ -220,7 +221,8 @@ def plan_claim(
     memory = peak_memory_mib
     if memory <= 0:
         memory = min(published[i].memory_mib for i in gpus)
-    return ClaimPlan(namespace, name, tuple(published[i].uuid for i in gpus), memory)
+    uuids = tuple(published[i].uuid for i in gpus)
+    return ClaimPlan(namespace, name, uuids, memory, tuple(gpus))
 
 
 def resource_claim(plan: ClaimPlan, owner: Mapping[str, Any]) -> dict[str, Any]:

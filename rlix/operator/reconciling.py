@@ -16,6 +16,7 @@ are revisited on every resync, so a crash at any point leaves no pod running.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from rlix.core.rljob import (
 )
 from rlix.core.validation import FieldError
 from rlix.operator.admitting import Admitter
+from rlix.operator.claims import ClaimNotReadyError, ensure_claim
 from rlix.operator.kube import Kube, KubeError
 from rlix.operator.metrics import Metrics
 from rlix.operator.pods import build_pod, desired_pod_names
@@ -42,6 +44,11 @@ from rlix.operator.prerequisites import PERMANENT, Prerequisites, Refusal
 from rlix.operator.recording import Recorder
 from rlix.operator.statuses import PodView, observe, running_state, with_condition
 from rlix.operator.store import Body, Store
+
+log = logging.getLogger("rlix.operator")
+# A pod whose claim cannot be written yet (its node's slice not published yet)
+# is tried again this much later.
+CLAIM_RETRY_S = 2.0
 
 ACTIVE = (JobState.ADMITTED, JobState.RUNNING)
 FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
@@ -244,6 +251,16 @@ class Reconciler:
             if name in present or self._not_before.get(f"{job.key}/{name}", 0.0) > now:
                 continue
             place = self.admitter.reservation(job.key, f"{job.namespace}/{name}")
+            claim = None
+            if place is not None and role.gpus_per_replica and self.store.claims_node(place.node):
+                try:
+                    claim = await ensure_claim(
+                        self.kube, job, owner_uid=uid, role=role, pod=name, place=place
+                    )
+                except ClaimNotReadyError as exc:
+                    log.warning("pod %s/%s waits for its claim: %s", job.namespace, name, exc)
+                    self._not_before[f"{job.key}/{name}"] = now + CLAIM_RETRY_S
+                    continue
             todo.append(
                 build_pod(
                     job,
@@ -252,6 +269,7 @@ class Reconciler:
                     owner_uid=uid,
                     admitted_node=place.node if place else None,
                     agent_socket_dir=self.agent_socket_dir,
+                    claim=claim,
                 )
             )
         if not todo:
