@@ -37,7 +37,7 @@ def _load_client(kubeconfig: str | None) -> Any:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-    return client.CoreV1Api(client.ApiClient())
+    return client.ApiClient()
 
 
 def _run(
@@ -89,11 +89,18 @@ def _run(
 def start_watching(
     cache: ClusterCache, kubeconfig: str | None, stop: threading.Event
 ) -> list[threading.Thread]:
-    """Start node and pod watchers feeding ``cache``; they stop when ``stop`` is set."""
-    api = _load_client(kubeconfig)
+    """Start node, pod and claim watchers feeding ``cache``; they stop when ``stop`` is set."""
+    import kubernetes
+
+    k8s: Any = kubernetes
+    api_client = _load_client(kubeconfig)
+    api = k8s.client.CoreV1Api(api_client)
+    claims = k8s.client.ResourceV1Api(api_client).list_resource_claim_for_all_namespaces
     feeds = [
         ("nodes", api.list_node, cache.replace_nodes, cache.apply_node),
         ("pods", api.list_pod_for_all_namespaces, cache.replace_pods, cache.apply_pod),
+        # Claim allocations: which pod holds which RLix GPU (docs/dra.md).
+        ("resourceclaims", claims, cache.replace_claims, cache.apply_claim),
     ]
     threads = [
         threading.Thread(
