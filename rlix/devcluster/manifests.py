@@ -39,6 +39,9 @@ class GPUNodeSpec:
     cpu: str = "96"
     memory: str = "1Ti"
     pods: int = 110
+    # False: no nvidia.com/gpu (no device plugin); the GPUs reach the scheduler
+    # only as DRA devices a node agent publishes.
+    device_plugin: bool = True
 
 
 def gpu_node(spec: GPUNodeSpec) -> dict[str, Any]:
@@ -47,8 +50,9 @@ def gpu_node(spec: GPUNodeSpec) -> dict[str, Any]:
         "cpu": spec.cpu,
         "memory": spec.memory,
         "pods": str(spec.pods),
-        names.GPU_RESOURCE: str(spec.gpus),
     }
+    if spec.device_plugin:
+        capacity[names.GPU_RESOURCE] = str(spec.gpus)
     return {
         "apiVersion": "v1",
         "kind": "Node",
