@@ -22,8 +22,16 @@ CRD = ROOT / "crds" / "rlix.io_rljobs.yaml"
 
 
 class OperatorProcess:
-    def __init__(self, cluster: Any, workdir: Path, *, backoff_base_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        cluster: Any,
+        workdir: Path,
+        *,
+        backoff_base_s: float = 0.5,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.cluster = cluster
+        self.extra_args = extra_args
         self.workdir = workdir
         self.webhook_port, self.metrics_port, self.liveness_port = free_ports(3)
         self.backoff_base_s = backoff_base_s
@@ -39,6 +47,7 @@ class OperatorProcess:
             "--metrics-port", str(self.metrics_port),
             "--liveness", f"http://127.0.0.1:{self.liveness_port}/healthz",
             "--backoff-base-seconds", str(self.backoff_base_s),
+            *self.extra_args,
         ]  # fmt: skip
         self.component = Component("operator", cmd, self.log, cwd=ROOT, grace_s=15)
         self.component.start()
@@ -85,11 +94,13 @@ class OperatorProcess:
 
 
 @contextmanager
-def running_operator(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
+def running_operator(
+    cluster: Any, workdir: Path, *, extra_args: tuple[str, ...] = ()
+) -> Iterator[OperatorProcess]:
     """CRD installed, operator up with its webhook; webhook config removed after."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
-    operator = OperatorProcess(cluster, workdir)
+    operator = OperatorProcess(cluster, workdir, extra_args=extra_args)
     operator.start()
     try:
         yield operator
@@ -99,7 +110,9 @@ def running_operator(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
             cluster.kubectl("delete", kind, "rlix.io", "--ignore-not-found", check=False)
 
 
-def operator_with_extender(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
+def operator_with_extender(
+    cluster: Any, workdir: Path, *, extra_args: tuple[str, ...] = ()
+) -> Iterator[OperatorProcess]:
     """Body of a module-scoped fixture: operator + the real extender so pods bind."""
     import pytest
 
@@ -111,7 +124,7 @@ def operator_with_extender(cluster: Any, workdir: Path) -> Iterator[OperatorProc
     extender = ExtenderProcess(port, cluster.kubeconfig, log=workdir / "extender.log")
     extender.start()
     try:
-        with running_operator(cluster, workdir) as operator:
+        with running_operator(cluster, workdir, extra_args=extra_args) as operator:
             yield operator
     finally:
         extender.stop()

@@ -36,6 +36,8 @@ from rlix.devcluster.processes import Component, wait_until
 from rlix.devcluster.toolchain import bin_dir
 
 NODE = "rlix-dra-gpu-0"
+# Short, so the re-planning test waits seconds, not the default minute.
+REPLAN_AFTER_S = 5
 GPU_MIB = 81920
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,11 +91,16 @@ def dra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster
 def operator(
     dra_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    yield from operator_with_extender(dra_cluster, tmp_path_factory.mktemp("operator"))
+    yield from operator_with_extender(
+        dra_cluster,
+        tmp_path_factory.mktemp("operator"),
+        extra_args=("--replan-after-seconds", str(REPLAN_AFTER_S)),
+    )
 
 
 @pytest.fixture
-def ns(dra_cluster: DevCluster) -> str:
+def ns(dra_cluster: DevCluster) -> Iterator[str]:
+    """A fresh namespace, deleted with everything in it (the GPU is free after)."""
     name = f"t-{uuid.uuid4().hex[:10]}"
     dra_cluster.kubectl("create", "namespace", name)
     wait_for(
@@ -102,7 +109,15 @@ def ns(dra_cluster: DevCluster) -> str:
             dra_cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0
         ),
     )
-    return name
+    yield name
+    dra_cluster.kubectl("delete", "namespace", name, "--wait=false")
+    # The next test starts with the GPU free: every claim of this one is gone
+    # (a claim outlives its namespace's deletion call until its pod is gone).
+    wait_for(
+        f"the claims of {name} deleted",
+        lambda: not get_json(dra_cluster, "resourceclaims", "-n", name)["items"],
+        timeout_s=120,
+    )
 
 
 def node_annotation(cluster: DevCluster, key: str) -> str | None:
@@ -223,22 +238,7 @@ def test_two_jobs_share_one_gpu_and_a_third_is_refused_naming_gpu_and_memory(
     plan = dra.ClaimPlan(ns, "sneaky", (published[0].uuid,), 20000, (0,))
     sneaky = dra.resource_claim(plan, {})
     del sneaky["metadata"]["ownerReferences"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "sneaky", "namespace": ns},
-        "spec": {
-            "resourceClaims": [{"name": dra.POD_CLAIM_NAME, "resourceClaimName": "sneaky"}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "pause:3.10",
-                    "resources": {"claims": [{"name": dra.POD_CLAIM_NAME}]},
-                }
-            ],
-        },
-    }
-    apply(cluster, ns, sneaky, pod)
+    apply(cluster, ns, sneaky, _claiming_pod("sneaky"))
     event = wait_for(
         "sneaky refused by the scheduler",
         lambda: next(
@@ -248,6 +248,58 @@ def test_two_jobs_share_one_gpu_and_a_third_is_refused_naming_gpu_and_memory(
     )
     assert "cannot allocate all claims" in event["message"], event
     assert not (claim(cluster, ns, "sneaky").get("status") or {}).get("allocation")
+
+
+def test_a_gang_the_scheduler_will_not_place_is_planned_again(
+    dra_cluster: DevCluster, operator: OperatorProcess, ns: str
+) -> None:
+    """Memory RLix cannot see (a claim of a pod that is no RLJob's) makes the
+    scheduler refuse the plan: the gang must go back to the queue, not sit in
+    Admitted holding what admission promised it."""
+    cluster = dra_cluster
+    published = dra.published_gpus(get_json(cluster, "resourceslice", dra.slice_name(NODE)))
+    foreign = dra.resource_claim(dra.ClaimPlan(ns, "foreign", (published[0].uuid,), 60000), {})
+    del foreign["metadata"]["ownerReferences"]
+    apply(cluster, ns, foreign, _claiming_pod("foreign"))
+    wait_for(
+        "the foreign claim allocated",
+        lambda: dra.read_allocation(claim(cluster, ns, "foreign")),
+    )
+
+    apply(cluster, ns, rljob("d", 40000))
+    event = wait_for(
+        "d re-planned",
+        lambda: next(
+            (e for e in events_for(cluster, ns, "d") if e.get("reason") == "Replanning"), None
+        ),
+        timeout_s=120,
+    )
+    assert "d-trainer-0 stayed unschedulable" in event["message"], event
+    assert "cannot allocate all claims" in event["message"], event
+
+    # Once the foreign pod and its claim are gone, the new plan runs.
+    cluster.kubectl("delete", "pod", "foreign", "-n", ns, "--timeout=60s")
+    cluster.kubectl("delete", "resourceclaim", "foreign", "-n", ns, "--timeout=60s")
+    wait_for("d Running", lambda: rljob_state(cluster, ns, "d") == "Running", timeout_s=180)
+
+
+def _claiming_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "resourceClaims": [{"name": dra.POD_CLAIM_NAME, "resourceClaimName": name}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "pause:3.10",
+                    "resources": {"claims": [{"name": dra.POD_CLAIM_NAME}]},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
 
 
 def _snapshot(url: str) -> dict[str, Any]:

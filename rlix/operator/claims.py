@@ -56,6 +56,9 @@ async def ensure_claim(
     if await kube.create(path, body):
         return plan
     existing = await kube.get(f"{path}/{pod}")
+    if existing is not None and (existing.get("metadata") or {}).get("deletionTimestamp"):
+        # Left by a gang that was re-planned: wait until it is gone.
+        raise ClaimNotReadyError(f"claim {job.namespace}/{pod} is still being deleted")
     if existing is not None and dra.pinned_uuids(existing) == plan.uuids:
         return plan
     log.info("pod %s/%s: replacing its claim from an earlier plan", job.namespace, pod)
@@ -63,3 +66,8 @@ async def ensure_claim(
     if not await kube.create(path, body):
         raise ClaimNotReadyError(f"claim {job.namespace}/{pod} is still being deleted")
     return plan
+
+
+async def delete_claim(kube: Kube, namespace: str, name: str) -> None:
+    """Delete a pod's claim if there is one (a cluster without DRA answers 404: done)."""
+    await kube.delete(f"{claims_path(namespace)}/{name}")

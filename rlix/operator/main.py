@@ -33,6 +33,7 @@ from rlix.operator.metrics import Metrics
 from rlix.operator.queueing import RLixAdmission
 from rlix.operator.reconciling import Reconciler
 from rlix.operator.recording import Recorder
+from rlix.operator.replanning import DEFAULT_REPLAN_AFTER_S
 from rlix.operator.store import Store
 
 
@@ -73,6 +74,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=1.0,
         help="first restart delay of a failed pod; doubles per failure (default 1)",
+    )
+    parser.add_argument(
+        "--replan-after-seconds",
+        type=float,
+        default=DEFAULT_REPLAN_AFTER_S,
+        help="an admitted gang with a pod unschedulable this long is planned again "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--admission-window",
@@ -155,6 +163,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         clock,
         backoff_base_s=args.backoff_base_seconds,
         agent_socket_dir=args.agent_socket_dir,
+        replan_after_s=args.replan_after_seconds,
     )
     return Runtime(store, admitter, reconciler, _webhook(args, kube))
 

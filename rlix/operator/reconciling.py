@@ -24,6 +24,7 @@ from datetime import datetime
 
 from rlix.core import names
 from rlix.core.rljob import (
+    CONDITION_ADMITTED,
     CONDITION_FAILED,
     CONDITION_RUNNING,
     CONDITION_SUCCEEDED,
@@ -36,12 +37,18 @@ from rlix.core.rljob import (
 )
 from rlix.core.validation import FieldError
 from rlix.operator.admitting import Admitter
-from rlix.operator.claims import ClaimNotReadyError, ensure_claim
+from rlix.operator.claims import ClaimNotReadyError, delete_claim, ensure_claim
 from rlix.operator.kube import Kube, KubeError
 from rlix.operator.metrics import Metrics
 from rlix.operator.pods import build_pod, desired_pod_names
 from rlix.operator.prerequisites import PERMANENT, Prerequisites, Refusal
 from rlix.operator.recording import Recorder
+from rlix.operator.replanning import (
+    DEFAULT_REPLAN_AFTER_S,
+    REASON_REPLANNING,
+    replan_message,
+    unschedulable,
+)
 from rlix.operator.statuses import PodView, observe, running_state, with_condition
 from rlix.operator.store import Body, Store
 
@@ -75,6 +82,7 @@ class Reconciler:
     clock: Callable[[], datetime]
     backoff_base_s: float = 1.0
     agent_socket_dir: str = names.AGENT_SOCKET_DIR
+    replan_after_s: float = DEFAULT_REPLAN_AFTER_S
     _prerequisites: Prerequisites = field(init=False)
     _not_before: dict[str, float] = field(default_factory=dict)  # pod -> monotonic
     _failures_seen: set[str] = field(default_factory=set)  # pod uids counted already
@@ -129,6 +137,15 @@ class Reconciler:
         desired = desired_pod_names(job)
         pods = await self._own_pods(job, desired)
         status = job.status
+        if status.state is JobState.ADMITTED:
+            waiting = unschedulable(pods, now)
+            stuck = [w for w in waiting if w.seconds >= self.replan_after_s]
+            if stuck:
+                await self._replan(job, desired, replan_message(stuck))
+                return
+            for w in waiting:  # look again when the first of them is due
+                due = time.monotonic() + self.replan_after_s - w.seconds
+                self._not_before[f"{job.key}/{w.pod}"] = due
         restarts = status.restarts + await self._handle_failures(job, pods)
         if restarts > job.spec.backoff_limit:
             await self._fail(job, restarts, "BackoffLimitExceeded")
@@ -195,6 +212,24 @@ class Reconciler:
         if finishing:
             await self.recorder.event(job.key, "Normal", "Succeeded", "the trainer finished")
             self.store.queue_changed = True
+
+    async def _replan(self, job: RLJob, desired: dict[str, tuple[Role, int]], why: str) -> None:
+        """Back to the queue: pods and claims first, then the status the admitter reads."""
+        await self._delete_pods(job)
+        await asyncio.gather(*(delete_claim(self.kube, job.namespace, name) for name in desired))
+        new = with_condition(
+            job.status.model_copy(update={"state": JobState.QUEUED}),
+            CONDITION_ADMITTED,
+            ConditionStatus.FALSE,
+            REASON_REPLANNING,
+            why,
+            now=self.clock(),
+            generation=job.metadata.get("generation"),
+        )
+        await self.recorder.status(job.key, job.status, new)
+        await self.recorder.event(job.key, "Warning", REASON_REPLANNING, why)
+        self.store.queue_changed = True
+        self.store.wakeup.set()
 
     async def _handle_failures(self, job: RLJob, pods: dict[str, Body]) -> int:
         """Delete failed pods (recreated after a backoff); return how many are new."""
