@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rlix.core import names
+from rlix.core.dra import pod_claim_names
 from rlix.core.rljob import (
     CONDITION_ADMITTED,
     CONDITION_FAILED,
@@ -86,6 +87,7 @@ class Reconciler:
     _prerequisites: Prerequisites = field(init=False)
     _not_before: dict[str, float] = field(default_factory=dict)  # pod -> monotonic
     _failures_seen: set[str] = field(default_factory=set)  # pod uids counted already
+    _claims_deleted: set[str] = field(default_factory=set)  # "ns/claim" of finished jobs
 
     def __post_init__(self) -> None:
         self._prerequisites = Prerequisites(self.kube, self.recorder)
@@ -217,6 +219,8 @@ class Reconciler:
         """Back to the queue: pods and claims first, then the status the admitter reads."""
         await self._delete_pods(job)
         await asyncio.gather(*(delete_claim(self.kube, job.namespace, name) for name in desired))
+        # The next plan writes claims of the same names: they are not gone for good.
+        self._claims_deleted.difference_update(f"{job.namespace}/{name}" for name in desired)
         new = with_condition(
             job.status.model_copy(update={"state": JobState.QUEUED}),
             CONDITION_ADMITTED,
@@ -360,6 +364,17 @@ class Reconciler:
         await asyncio.gather(*(self.kube.delete_pod(job.namespace, n) for n in doomed))
         if doomed:
             self.store.queue_changed = True
+        # The job's claims go with it: a claim that outlived its pods would keep
+        # consuming its GPU's published memory. Once per claim, not per resync.
+        claims = {
+            claim
+            for body in self.store.pods_of(job.key).values()
+            if owned_by(body, uid)
+            for claim in pod_claim_names(body)
+            if f"{job.namespace}/{claim}" not in self._claims_deleted
+        }
+        await asyncio.gather(*(delete_claim(self.kube, job.namespace, c) for c in claims))
+        self._claims_deleted.update(f"{job.namespace}/{c}" for c in claims)
 
 
 def _is_trainer(job: RLJob, role: str) -> bool:
