@@ -217,6 +217,9 @@ def test_two_jobs_share_one_gpu_and_a_third_is_refused_naming_gpu_and_memory(
         f"{ns}/a-trainer-0": {"node": NODE, "gpus": [0], "consumedMiB": [40000]},
         f"{ns}/b-trainer-0": {"node": NODE, "gpus": [0], "consumedMiB": [30000]},
     }
+    # Learned by watching, not by relisting after a failed watch.
+    extender_log = (operator.workdir / "extender.log").read_text()
+    assert "watch restarting" not in extender_log, extender_log[-2000:]
 
     # A third job would overflow the GPU: admission refuses it and says where.
     apply(cluster, ns, rljob("c", 20000))

@@ -47,6 +47,7 @@ def _run(
     replace: Callable[[list[dict[str, Any]]], None],
     apply: Callable[[str, dict[str, Any]], None],
     stop: threading.Event,
+    item_type: str | None = None,
 ) -> None:
     import kubernetes
 
@@ -60,7 +61,7 @@ def _run(
             replace(doc.get("items") or [])
             version = doc.get("metadata", {}).get("resourceVersion")
             while not stop.is_set():
-                w = k8s.watch.Watch()
+                w = k8s.watch.Watch(return_type=item_type)
                 for event in w.stream(
                     lister,
                     resource_version=version,
@@ -97,10 +98,18 @@ def start_watching(
     api = k8s.client.CoreV1Api(api_client)
     claims = k8s.client.ResourceV1Api(api_client).list_resource_claim_for_all_namespaces
     feeds = [
-        ("nodes", api.list_node, cache.replace_nodes, cache.apply_node),
-        ("pods", api.list_pod_for_all_namespaces, cache.replace_pods, cache.apply_pod),
-        # Claim allocations: which pod holds which RLix GPU (docs/dra.md).
-        ("resourceclaims", claims, cache.replace_claims, cache.apply_claim),
+        ("nodes", api.list_node, cache.replace_nodes, cache.apply_node, None),
+        ("pods", api.list_pod_for_all_namespaces, cache.replace_pods, cache.apply_pod, None),
+        # Claim allocations: which pod holds which RLix GPU (docs/dra.md). The
+        # client names the item model ResourceV1ResourceClaim, which its watch
+        # cannot derive from the list type: name it (objects stay plain dicts).
+        (
+            "resourceclaims",
+            claims,
+            cache.replace_claims,
+            cache.apply_claim,
+            "ResourceV1ResourceClaim",
+        ),
     ]
     threads = [
         threading.Thread(
@@ -111,11 +120,12 @@ def start_watching(
                 "replace": replace,
                 "apply": apply,
                 "stop": stop,
+                "item_type": item_type,
             },
             name=f"rlix-watch-{kind}",
             daemon=True,
         )
-        for kind, lister, replace, apply in feeds
+        for kind, lister, replace, apply, item_type in feeds
     ]
     for t in threads:
         t.start()
