@@ -113,7 +113,9 @@ def running_operator(
             cluster.kubectl("delete", kind, "rlix.io", "--ignore-not-found", check=False)
 
 
-def operator_with_extender(cluster: Any, workdir: Path) -> Iterator[OperatorProcess]:
+def operator_with_extender(
+    cluster: Any, workdir: Path, *, extra_args: tuple[str, ...] = ()
+) -> Iterator[OperatorProcess]:
     """Body of a module-scoped fixture: operator + the real extender so pods bind."""
     import pytest
 
@@ -125,7 +127,7 @@ def operator_with_extender(cluster: Any, workdir: Path) -> Iterator[OperatorProc
     extender = ExtenderProcess(port, cluster.kubeconfig, log=workdir / "extender.log")
     extender.start()
     try:
-        with running_operator(cluster, workdir) as operator:
+        with running_operator(cluster, workdir, extra_args=extra_args) as operator:
             yield operator
     finally:
         extender.stop()

@@ -7,12 +7,14 @@ the agent needs RBAC ``patch`` on nodes and pods and ``list`` on pods.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rlix.agent.conducting import NodePod
 from rlix.agent.identities import PodIdentity
 from rlix.agent.publishing import Annotations, ObjectGoneError
+from rlix.core.dra import API_VERSION
 
 
 class KubePublisher:
@@ -90,3 +92,61 @@ def core_v1_api(kubeconfig: str | None) -> Any:
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
     return client.CoreV1Api()
+
+
+class KubeSliceApi:
+    """The slice port over raw JSON requests (the typed client would validate
+    every body against its own models, which lag the API's DRA fields)."""
+
+    def __init__(self, api: Any) -> None:
+        """``api`` is a ``kubernetes.client.CoreV1Api`` (its ApiClient is used)."""
+        self._client = api.api_client
+        self._core = api
+
+    def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        params = self._client.param_serialize(
+            method=method,
+            resource_path=path,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._client.call_api(*params)
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise SliceRequestError(response.status, f"{method} {path}: {data[:500]!r}")
+        return json.loads(data) if data else {}
+
+    def read_node(self, name: str) -> dict[str, Any]:
+        return self._request("GET", f"/api/v1/nodes/{name}")
+
+    def apply_slice(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        try:
+            return self._request("POST", SLICES, dict(body))
+        except SliceRequestError as exc:
+            if exc.status != 409:
+                raise
+        current = self._request("GET", f"{SLICES}/{name}")
+        meta = {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+        return self._request("PUT", f"{SLICES}/{name}", {**body, "metadata": meta})
+
+    def delete_slice(self, name: str) -> None:
+        try:
+            self._request("DELETE", f"{SLICES}/{name}")
+        except SliceRequestError as exc:
+            if exc.status != 404:
+                raise
+
+    def patch_node_annotations(self, *, node: str, annotations: Mapping[str, str | None]) -> None:
+        self._request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"annotations": annotations}})
+
+
+SLICES = f"/apis/{API_VERSION}/resourceslices"
+
+
+class SliceRequestError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status

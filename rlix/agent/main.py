@@ -26,6 +26,7 @@ from rlix.agent.publishing import FilePublisher, Publisher
 from rlix.agent.relocation import CudaRelocator, DeviceRelocator, SimulatedHbm
 from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
+from rlix.agent.slices import SlicePublisher, publish_slices
 
 DESCRIPTION = """\
 RLix node agent. One per GPU node (a privileged DaemonSet with hostPID).
@@ -178,6 +179,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between looks at this node's pods for desired suspensions "
         "(rlix.io/desired-suspension, docs/conductor.md); kube mode only (default: %(default)s)",
     )
+    p.add_argument(
+        "--memory-overcommit",
+        type=float,
+        default=1.0,
+        help="the memory capacity each GPU is published with as a gpu.rlix.io DRA "
+        "device is its physical memory times this factor (>= 1); above 1 the "
+        "conductor keeps what is resident within physical memory by parking "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-dra",
+        action="store_true",
+        help="do not publish the GPUs as gpu.rlix.io DRA devices: the node keeps "
+        "whole GPUs from another driver or device plugin (NVIDIA's)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -236,6 +252,32 @@ def _gpu_backend(args: argparse.Namespace) -> tuple[GpuBackend, Checkpointer, De
     return NvmlBackend(), CudaDriverCheckpointer(), CudaRelocator()
 
 
+def _publishers(args: argparse.Namespace) -> tuple[object | None, Publisher, SlicePublisher | None]:
+    """(API client or None, the annotation publisher, the DRA slice publisher or None)."""
+    if args.no_kube:
+        return None, FilePublisher(args.state_dir / "published.jsonl"), None
+    from rlix.agent.kube_publishing import KubePublisher, KubeSliceApi, core_v1_api
+
+    api = core_v1_api(args.kubeconfig)
+    slices = None
+    if not args.no_dra:
+        slices = SlicePublisher(
+            KubeSliceApi(api), node=args.node_name, overcommit=args.memory_overcommit
+        )
+    return api, KubePublisher(api), slices
+
+
+def _start_slices(
+    slices: SlicePublisher, backend: GpuBackend, interval_s: float, stop: threading.Event
+) -> None:
+    threading.Thread(
+        target=publish_slices,
+        args=(slices, backend, interval_s, stop),
+        name="rlix-slices",
+        daemon=True,
+    ).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -244,20 +286,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.node_name:
         print("rlix-node-agent: --node-name (or $NODE_NAME) is required", file=sys.stderr)
         return 2
+    if args.memory_overcommit < 1:
+        print(
+            f"rlix-node-agent: --memory-overcommit must be >= 1, got {args.memory_overcommit}",
+            file=sys.stderr,
+        )
+        return 2
     if args.pod_map is not None and not args.no_kube:
         print("rlix-node-agent: --pod-map only applies with --no-kube", file=sys.stderr)
         return 2
 
     backend, checkpointer, relocator = _gpu_backend(args)
-    api: object | None = None
-    port: Publisher
-    if args.no_kube:
-        port = FilePublisher(args.state_dir / "published.jsonl")
-    else:
-        from rlix.agent.kube_publishing import KubePublisher, core_v1_api
-
-        api = core_v1_api(args.kubeconfig)
-        port = KubePublisher(api)
+    api, port, slices = _publishers(args)
 
     def now() -> datetime:
         return datetime.now(UTC)
@@ -301,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     server.publish_gpus()
     threading.Thread(target=server.publish_loop, args=(args.publish_interval,), daemon=True).start()
+    if slices is not None:
+        _start_slices(slices, backend, args.publish_interval, server.stopped)
     reason = checkpointer.unsupported_reason()
     logging.info(
         "listening on %s (backend %s, node %s); transparent suspend: %s; "

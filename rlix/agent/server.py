@@ -95,6 +95,11 @@ class AgentServer:
         if self._sock is not None:
             self._sock.close()
 
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once the server stops (background loops end with it)."""
+        return self._stop
+
     def publish_gpus(self) -> None:
         """Publish the node's GPU state if it changed since the last publication."""
         doc = json.dumps(gpu_annotation_doc(self._backend.gpus()), separators=(",", ":"))

@@ -14,7 +14,9 @@ from rlix.views import rows as views
 DESCRIPTION = """\
 Show every RLJob with its state, current phase, the phase of each role, GPUs,
 iterations and suspended pods, and every GPU node with allocated GPUs, memory
-in use and idle GPUs (from the node agents' rlix.io/gpus annotations). The
+in use and idle GPUs (from the node agents' rlix.io/gpus annotations), and
+how its GPUs are handed out: "shared" (RLix's gpu.rlix.io DRA devices, pods
+share a GPU by memory) or "whole" (nvidia.com/gpu, one pod per GPU). The
 header sums it up: GPU idle %, jobs per state, memory parked off the GPUs.
 
 Namespaces as kubectl: -n NAME, -A for all, else the kubeconfig context's
@@ -84,14 +86,14 @@ def render(view: Any, *, wide: bool = False) -> Any:
             cells.append(f"{j.parked_mib / 1024:.1f} GiB")
         jt.add_row(*cells)
     nt = Table(title="GPU nodes", title_justify="left", expand=True)
-    node_cols = ["NODE", "GPUS", "ALLOC", "MEM USED", "UTIL", "IDLE GPUS"]
+    node_cols = ["NODE", "GPUS", "ALLOC", "MEM USED", "UTIL", "IDLE GPUS", "GPU SHARING"]
     for col in node_cols + (["MEM FREE"] if wide else []):
-        nt.add_column(col, justify="left" if col == "NODE" else "right")
+        nt.add_column(col, justify="left" if col in ("NODE", "GPU SHARING") else "right")
     for n in nodes:
         mem = f"{n.used_mib / 1024:.0f}/{n.memory_mib / 1024:.0f} GiB"
         util = f"{100 * n.utilization:.0f}%" if n.utilization is not None else "-"
         idle_gpus = str(n.idle_gpus) if n.idle_gpus is not None else "-"
-        cells = [n.name, str(n.gpus), str(n.allocated), mem, util, idle_gpus]
+        cells = [n.name, str(n.gpus), str(n.allocated), mem, util, idle_gpus, n.sharing]
         if wide:
             cells.append(f"{(n.memory_mib - n.used_mib) / 1024:.0f} GiB")
         nt.add_row(*cells)

@@ -46,6 +46,12 @@ ANNOTATION_ADMITTED_NODE: Final = f"{GROUP}/admitted-node"
 # What a node agent publishes on its Node: JSON list of
 # {"index", "memoryMiB", "usedMiB", "utilization"}.
 ANNOTATION_NODE_GPUS: Final = f"{GROUP}/gpus"
+# Written by a node agent that publishes the node's GPUs as gpu.rlix.io DRA
+# devices whose memory is consumable capacity (the API server kept it): pods
+# there get GPUs through ResourceClaims the operator pins. Absent: whole GPUs.
+ANNOTATION_NODE_GPU_CLAIMS: Final = f"{GROUP}/gpu-claims"
+# GPUs a pod holds through its RLix ResourceClaim (it requests no nvidia.com/gpu).
+ANNOTATION_CLAIMED_GPUS: Final = f"{GROUP}/claimed-gpus"
 LABEL_NVLINK_DOMAIN: Final = f"{GROUP}/nvlink-domain"
 LABEL_REPLICA_INDEX: Final = f"{GROUP}/replica-index"
 

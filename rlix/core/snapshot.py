@@ -38,6 +38,10 @@ class Node:
     nvlink_domain: str | None = None
     schedulable: bool = True
     gpus: tuple[GPU, ...] = ()
+    # RLix's agent publishes the GPUs as gpu.rlix.io DRA devices with consumable
+    # memory: pods get pinned ResourceClaims and may share a GPU. False: whole
+    # nvidia.com/gpu (a device plugin or another driver hands them out).
+    claims: bool = False
 
 
 @dataclass(frozen=True, slots=True)

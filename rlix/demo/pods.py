@@ -72,7 +72,11 @@ class PodRuntime:
         role = next((r for r in job.roles if r.name == workload.role), None) if job else None
         if job is None or role is None or node is None or node not in self.sockets:
             return None
-        gpus = self._assign_gpus(node, workload.gpus)
+        # A pod with a pinned claim runs on the GPUs its claim names (the
+        # operator's plan); others get free GPUs, as a device plugin would give.
+        gpus = list(workload.gpu_indices) or self._assign_gpus(node, workload.gpus)
+        if workload.gpu_indices:
+            self.held.setdefault(node, set()).update(workload.gpu_indices)
         if gpus is None:
             return None
         ready = self.workdir / "ready" / uid

@@ -244,6 +244,7 @@ class DevCluster:
         state = self._read_state()
         state.owner_pid = os.getpid()
         self._write_state(state)
+        self.apply(manifests.bootstrap_objects())
         self._apply_nodes()
         if not self.scheduler_healthy():
             self._start_scheduler()
@@ -332,6 +333,7 @@ class DevCluster:
                 "kubeControllerManagerPort": kcm,
                 "kubeSchedulerPort": sched,
                 "kwokControllerPort": kwok,
+                "kubeFeatureGates": manifests.FEATURE_GATES,
             },
             "componentsPatches": self._component_patches(),
         }

@@ -9,11 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlix.core import names
+from rlix.core import dra, names
 
 # kwok's controller only manages nodes carrying this annotation (kwokctl starts it
 # with --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+# Consumable capacity (KEP-5075: several claims share one device's memory) is
+# alpha behind this gate in 1.34-1.35 and on by default from 1.36; every
+# control-plane component that validates or allocates claims needs it. A gate
+# that went GA is still accepted (locked on) for several releases.
+FEATURE_GATES = "DRAConsumableCapacity=true"
+
+
+def bootstrap_objects() -> list[dict[str, Any]]:
+    """Cluster-wide objects RLix needs beside its nodes: the gpu.rlix.io DeviceClass."""
+    return [dra.device_class()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +39,9 @@ class GPUNodeSpec:
     cpu: str = "96"
     memory: str = "1Ti"
     pods: int = 110
+    # False: no nvidia.com/gpu (no device plugin); the GPUs reach the scheduler
+    # only as DRA devices a node agent publishes.
+    device_plugin: bool = True
 
 
 def gpu_node(spec: GPUNodeSpec) -> dict[str, Any]:
@@ -35,8 +50,9 @@ def gpu_node(spec: GPUNodeSpec) -> dict[str, Any]:
         "cpu": spec.cpu,
         "memory": spec.memory,
         "pods": str(spec.pods),
-        names.GPU_RESOURCE: str(spec.gpus),
     }
+    if spec.device_plugin:
+        capacity[names.GPU_RESOURCE] = str(spec.gpus)
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -32,6 +32,7 @@ def start(
             str(bin_dir / "kube-scheduler"),
             f"--config={config_path}",
             "--bind-address=127.0.0.1",
+            f"--feature-gates={manifests.FEATURE_GATES}",
             f"--secure-port={port}",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--v=2",

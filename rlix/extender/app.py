@@ -132,6 +132,10 @@ def create_app(
         doc = snapshot_to_doc(cache.view().snapshot)
         doc["uids"] = cache.uids()
         doc["objectErrors"] = {key: list(errors) for key, errors in cache.object_errors().items()}
+        doc["claims"] = {
+            key: {"node": a.node, "gpus": list(a.gpus), "consumedMiB": list(a.consumed_mib)}
+            for key, a in sorted(cache.allocations().items())
+        }
         return _json(200, doc)
 
     return app

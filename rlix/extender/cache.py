@@ -13,6 +13,13 @@ load, because a busy RL cluster flips pod phases every few seconds and a full
 rebuild per scheduling call would cost tens of ms at 5,000 nodes. A lock makes
 events from watcher threads and reads from the event loop safe.
 
+Which GPUs a pod holds: on nodes RLix drives by DRA the pod's ResourceClaim
+allocation says it (``apply_claim``), and the cache believes nothing else: an
+allocated pod counts on the allocated node and GPUs from the moment the
+scheduler writes the allocation (before the pod is even bound), and a pod whose
+claim is not allocated yet holds nothing. Elsewhere (whole nvidia.com/gpu) the
+policy's spread rule stands in for the device plugin's choice.
+
 Every object is read through the core reader (``rlix.core.objects``), which
 bounds every value: a malformed label or annotation on one object becomes an
 error recorded for that object (logged once, shown by ``object_errors``, a
@@ -25,8 +32,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from rlix.core import dra
 from rlix.core.objects import ObjectError, pod_name, read_node, read_pod
 from rlix.core.policy.placement import NodeLoad, PlacementView, node_load
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
@@ -54,6 +63,11 @@ class ClusterCache:
         self._synced: set[str] = set()
         self.rejected_objects = 0  # objects we could not read at all (no name)
         self._errors: dict[str, tuple[str, ...]] = {}  # "Pod ns/name" -> its errors now
+        # DRA: claim "ns/name" -> its allocation of RLix GPUs; pods that name
+        # claims, as read (before the allocation is applied), and their claims.
+        self._allocations: dict[str, dra.Allocation] = {}
+        self._claimed: dict[str, tuple[Workload, str, tuple[str, ...]]] = {}
+        self._claim_pods: dict[str, set[str]] = {}
 
     # -- events -----------------------------------------------------------
     def apply_node(self, event_type: str, obj: Mapping[str, Any]) -> None:
@@ -88,22 +102,83 @@ class ClusterCache:
         # GPUs it holds look free.
         workload = None if facts is None or gone else facts.workload
         uid = facts.uid if facts is not None else ""
+        ns = name.split("/", 1)[0]
+        claims = tuple(f"{ns}/{c}" for c in dra.pod_claim_names(obj)) if workload else ()
         with self._lock:
             self._note(f"Pod {name}", () if gone or facts is None else facts.errors)
-            keep = workload is not None and workload.node is not None
-            if keep and self._pods.get(name) == workload and self._name_to_uid.get(name) == uid:
-                return  # e.g. a status update: placement facts unchanged
-            self._forget(name)
-            if workload is not None and workload.node is not None:
-                self._pods[name] = workload
-                self._by_node.setdefault(workload.node, {})[name] = workload
-                if workload.job:
-                    self._job_pods.setdefault(workload.job, {})[name] = workload
-                self._set_job(workload.job)
-                self._touch(workload.node)
-                if uid:
-                    self._uid_to_name[uid] = name
-                    self._name_to_uid[name] = uid
+            self._set_claimed(name, workload, uid, claims)
+            if workload is not None and claims:
+                workload = self._allocated(workload, claims)
+            self._place(name, workload, uid)
+
+    def _set_claimed(
+        self, name: str, workload: Workload | None, uid: str, claims: tuple[str, ...]
+    ) -> None:
+        old = self._claimed.pop(name, None)
+        for claim in old[2] if old else ():
+            pods = self._claim_pods.get(claim, set())
+            pods.discard(name)
+            if not pods:
+                self._claim_pods.pop(claim, None)
+        if workload is not None and claims:
+            self._claimed[name] = (workload, uid, claims)
+            for claim in claims:
+                self._claim_pods.setdefault(claim, set()).add(name)
+
+    def _allocated(self, workload: Workload, claims: tuple[str, ...]) -> Workload:
+        """The pod as its claims' allocations place it (unplaced until allocated)."""
+        found = [self._allocations[c] for c in claims if c in self._allocations]
+        if not found:
+            return replace(workload, node=None, gpu_indices=())
+        gpus = tuple(i for a in found for i in a.gpus)
+        return replace(workload, node=found[0].node, gpu_indices=gpus)
+
+    def apply_claim(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """Apply one ResourceClaim watch event: its allocation places its pods."""
+        key = dra.claim_key(obj)
+        allocation = None if event_type == DELETED else dra.read_allocation(obj)
+        with self._lock:
+            if self._allocations.get(key) == allocation:
+                return
+            if allocation is None:
+                self._allocations.pop(key, None)
+            else:
+                self._allocations[key] = allocation
+            for name in sorted(self._claim_pods.get(key, ())):
+                base, uid, claims = self._claimed[name]
+                self._place(name, self._allocated(base, claims), uid)
+
+    def replace_claims(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        with self._lock:
+            stale = list(self._allocations)
+        for key in stale:
+            namespace, _, name = key.partition("/")
+            self.apply_claim(DELETED, {"metadata": {"namespace": namespace, "name": name}})
+        for obj in objs:
+            self.apply_claim(ADDED, obj)
+        self.mark_synced("claims")
+
+    def allocations(self) -> dict[str, dra.Allocation]:
+        """Claim "ns/name" -> its allocation of RLix GPUs (for /debug/claims)."""
+        with self._lock:
+            return dict(self._allocations)
+
+    def _place(self, name: str, workload: Workload | None, uid: str) -> None:
+        """Hold ``workload`` where it is placed (under the lock); None forgets it."""
+        keep = workload is not None and workload.node is not None
+        if keep and self._pods.get(name) == workload and self._name_to_uid.get(name) == uid:
+            return  # e.g. a status update: placement facts unchanged
+        self._forget(name)
+        if workload is not None and workload.node is not None:
+            self._pods[name] = workload
+            self._by_node.setdefault(workload.node, {})[name] = workload
+            if workload.job:
+                self._job_pods.setdefault(workload.job, {})[name] = workload
+            self._set_job(workload.job)
+            self._touch(workload.node)
+            if uid:
+                self._uid_to_name[uid] = name
+                self._name_to_uid[name] = uid
 
     def _reject(self, exc: ObjectError) -> None:
         log.warning("ignoring an unreadable object: %s", exc)
@@ -171,6 +246,8 @@ class ClusterCache:
             self._by_job.clear()
             self._uid_to_name.clear()
             self._name_to_uid.clear()
+            self._claimed.clear()
+            self._claim_pods.clear()
             self._errors = {k: v for k, v in self._errors.items() if not k.startswith("Pod ")}
             self._view = None
         for obj in objs:

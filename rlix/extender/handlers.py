@@ -16,9 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlix.core.dra import pod_claim_names
 from rlix.core.policy.placement import PlacementView, choose_victims, filter_nodes, score_values
 from rlix.extender import wire
 from rlix.extender.objects import ObjectError, pending_workload
+
+
+def pinned_by_claim(pod: Any) -> bool:
+    """Whether a pod gets its GPUs through a ResourceClaim it names (RLix pins those)."""
+    return isinstance(pod, dict) and bool(pod_claim_names(pod))
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +59,13 @@ def do_filter(view: PlacementView, body: bytes) -> Answer:
             [], {}, dict.fromkeys(args.node_names, reason), node_items=args.node_items
         )
         return Answer(200, result, "pod_error", reason)
+    if pod.gpus > 0 and pinned_by_claim(args.pod):
+        # The pod's claim pins its GPUs (the operator's admitted plan): the DRA
+        # allocator judges that device's memory and has already excluded every
+        # other node. A second opinion here could only veto the plan, so the
+        # extender passes the nodes it was given (docs/dra.md).
+        nodes = list(dict.fromkeys(args.node_names))
+        return Answer(200, wire.filter_result(nodes, {}, {}, node_items=args.node_items), "ok")
     outcome = filter_nodes(view, pod, args.node_names)
     result = wire.filter_result(
         outcome.feasible, outcome.failed, outcome.unresolvable, node_items=args.node_items

@@ -37,7 +37,7 @@ def _load_client(kubeconfig: str | None) -> Any:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-    return client.CoreV1Api(client.ApiClient())
+    return client.ApiClient()
 
 
 def _run(
@@ -47,6 +47,7 @@ def _run(
     replace: Callable[[list[dict[str, Any]]], None],
     apply: Callable[[str, dict[str, Any]], None],
     stop: threading.Event,
+    item_type: str | None = None,
 ) -> None:
     import kubernetes
 
@@ -60,7 +61,7 @@ def _run(
             replace(doc.get("items") or [])
             version = doc.get("metadata", {}).get("resourceVersion")
             while not stop.is_set():
-                w = k8s.watch.Watch()
+                w = k8s.watch.Watch(return_type=item_type)
                 for event in w.stream(
                     lister,
                     resource_version=version,
@@ -89,11 +90,26 @@ def _run(
 def start_watching(
     cache: ClusterCache, kubeconfig: str | None, stop: threading.Event
 ) -> list[threading.Thread]:
-    """Start node and pod watchers feeding ``cache``; they stop when ``stop`` is set."""
-    api = _load_client(kubeconfig)
+    """Start node, pod and claim watchers feeding ``cache``; they stop when ``stop`` is set."""
+    import kubernetes
+
+    k8s: Any = kubernetes
+    api_client = _load_client(kubeconfig)
+    api = k8s.client.CoreV1Api(api_client)
+    claims = k8s.client.ResourceV1Api(api_client).list_resource_claim_for_all_namespaces
     feeds = [
-        ("nodes", api.list_node, cache.replace_nodes, cache.apply_node),
-        ("pods", api.list_pod_for_all_namespaces, cache.replace_pods, cache.apply_pod),
+        ("nodes", api.list_node, cache.replace_nodes, cache.apply_node, None),
+        ("pods", api.list_pod_for_all_namespaces, cache.replace_pods, cache.apply_pod, None),
+        # Claim allocations: which pod holds which RLix GPU (docs/dra.md). The
+        # client names the item model ResourceV1ResourceClaim, which its watch
+        # cannot derive from the list type: name it (objects stay plain dicts).
+        (
+            "resourceclaims",
+            claims,
+            cache.replace_claims,
+            cache.apply_claim,
+            "ResourceV1ResourceClaim",
+        ),
     ]
     threads = [
         threading.Thread(
@@ -104,11 +120,12 @@ def start_watching(
                 "replace": replace,
                 "apply": apply,
                 "stop": stop,
+                "item_type": item_type,
             },
             name=f"rlix-watch-{kind}",
             daemon=True,
         )
-        for kind, lister, replace, apply in feeds
+        for kind, lister, replace, apply, item_type in feeds
     ]
     for t in threads:
         t.start()

@@ -143,7 +143,8 @@ class Admitter:
         return out
 
     async def _stale(self, key: str, entry: Entry) -> bool:
-        """Whether an entry's job has finished or no longer exists (asked of the API)."""
+        """Whether an entry's job has finished, no longer exists (asked of the API) or
+        is being re-planned."""
         body = self.store.jobs.get(key)
         if body is None or body["metadata"].get("uid") != entry.uid:
             namespace, name = key.split("/", 1)
@@ -152,7 +153,15 @@ class Admitter:
                 return True
             self.store.put_job(body)  # admitted by another operator, not watched yet
         job, _ = self.store.job(key)
-        return job is None or job.status.state in FINISHED
+        if job is None or job.status.state in FINISHED:
+            return True
+        # The reconciler sent the gang back to the queue: its placements failed.
+        admitted = job.status.condition(CONDITION_ADMITTED)
+        return (
+            job.status.state in WAITING
+            and admitted is not None
+            and admitted.reason == REASON_REPLANNING
+        )
 
     async def run(self) -> None:
         started = time.perf_counter()

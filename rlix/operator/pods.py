@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlix.core import names
+from rlix.core import dra, names
 from rlix.core.rljob import RLJob, Role, RoleKind
 from rlix.core.snapshot import Workload
 from rlix.operator.peers import owner_reference, peer_env, service_name
@@ -74,14 +74,25 @@ def build_priority_class(priority: int) -> dict[str, Any]:
 
 
 def _with_rlix(
-    container: dict[str, Any], env: list[dict[str, str]], socket_dir: str, gpus: int, first: bool
+    container: dict[str, Any],
+    env: list[dict[str, str]],
+    socket_dir: str,
+    gpus: int,
+    first: bool,
+    *,
+    claimed: bool = False,
 ) -> dict[str, Any]:
     """One template container plus what RLix owns: env, the agent socket, GPUs."""
     out = dict(container)
     out["env"] = [*env, *(container.get("env") or [])]
     mount = {"name": names.AGENT_SOCKET_VOLUME, "mountPath": socket_dir, "readOnly": True}
     out["volumeMounts"] = [*(container.get("volumeMounts") or []), mount]
-    if first and gpus:
+    if first and gpus and claimed:
+        # The GPUs come from the pod's pinned claim, not from nvidia.com/gpu.
+        resources = dict(container.get("resources") or {})
+        resources["claims"] = [*(resources.get("claims") or []), {"name": dra.POD_CLAIM_NAME}]
+        out["resources"] = resources
+    elif first and gpus:
         # The first container is the role's worker; sidecars get no GPUs.
         resources = dict(container.get("resources") or {})
         count = str(gpus)
@@ -126,11 +137,14 @@ def build_pod(
     admitted_node: str | None = None,
     agent_socket_dir: str = names.AGENT_SOCKET_DIR,
     scheduler_name: str = names.SCHEDULER_NAME,
+    claim: dra.ClaimPlan | None = None,
 ) -> dict[str, Any]:
     """The Pod for replica ``index`` of ``role``: the role's template plus what RLix owns.
 
     ``scheduler_name`` is the profile the chart's second kube-scheduler serves
-    (``scheduler.name``), handed to the operator as ``--scheduler-name``.
+    (``scheduler.name``), handed to the operator as ``--scheduler-name``. With
+    ``claim`` (a node RLix drives by DRA) the pod gets its GPUs through that
+    pinned ResourceClaim instead of requesting ``nvidia.com/gpu``.
 
     The template was checked against RLix's fields (``rlix.core.validation``),
     so nothing here overwrites a value the user set; the user's own labels,
@@ -152,9 +166,18 @@ def build_pod(
     env = peer_env(job, role, index, socket_path=socket)
     spec = template.spec.body()
     spec["containers"] = [
-        _with_rlix(c, env, agent_socket_dir, role.gpus_per_replica, i == 0)
+        _with_rlix(
+            c, env, agent_socket_dir, role.gpus_per_replica, i == 0, claimed=claim is not None
+        )
         for i, c in enumerate(spec["containers"])
     ]
+    if claim is not None and role.gpus_per_replica:
+        ref = {"name": dra.POD_CLAIM_NAME, "resourceClaimName": claim.name}
+        spec["resourceClaims"] = [*(spec.get("resourceClaims") or []), ref]
+        annotations[names.ANNOTATION_CLAIMED_GPUS] = str(role.gpus_per_replica)
+        # The plan, so admission counts the pinned GPUs (not a guess) until the
+        # allocation, which the extender reads, says the same.
+        annotations[names.ANNOTATION_GPU_INDICES] = ",".join(map(str, claim.gpus))
     # The socket only: the directory the agent serves in, nothing else of the host.
     socket_volume = {
         "name": names.AGENT_SOCKET_VOLUME,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rlix.core import names
+from rlix.core.dra import pod_claim_names
 from rlix.core.rljob import (
     CONDITION_ADMITTED,
     CONDITION_FAILED,
@@ -37,6 +38,7 @@ from rlix.core.rljob import (
 )
 from rlix.core.validation import FieldError
 from rlix.operator.admitting import Admitter
+from rlix.operator.claims import ClaimNotReadyError, delete_claim, ensure_claim
 from rlix.operator.kube import Kube, KubeError
 from rlix.operator.metrics import Metrics
 from rlix.operator.pods import build_pod, desired_pod_names
@@ -48,6 +50,9 @@ from rlix.operator.statuses import PodView, observe, parse_time, running_state, 
 from rlix.operator.store import Body, Store
 
 log = logging.getLogger("rlix.operator")
+# A pod whose claim cannot be written yet (its node's slice not published yet)
+# is tried again this much later.
+CLAIM_RETRY_S = 2.0
 
 ACTIVE = (JobState.ADMITTED, JobState.RUNNING)
 FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
@@ -81,6 +86,7 @@ class Reconciler:
     # job -> monotonic: when a pod of it that is unschedulable now is due for re-planning
     _recheck: dict[str, float] = field(default_factory=dict)
     _failures_seen: set[str] = field(default_factory=set)  # pod uids counted already
+    _claims_deleted: set[str] = field(default_factory=set)  # "ns/claim" of finished jobs
 
     def __post_init__(self) -> None:
         self._prerequisites = Prerequisites(self.kube, self.recorder)
@@ -263,6 +269,16 @@ class Reconciler:
             if name in present or self._not_before.get(f"{job.key}/{name}", 0.0) > now:
                 continue
             place = self.admitter.reservation(job.key, f"{job.namespace}/{name}")
+            claim = None
+            if place is not None and role.gpus_per_replica and self.store.claims_node(place.node):
+                try:
+                    claim = await ensure_claim(
+                        self.kube, job, owner_uid=uid, role=role, pod=name, place=place
+                    )
+                except ClaimNotReadyError as exc:
+                    log.warning("pod %s/%s waits for its claim: %s", job.namespace, name, exc)
+                    self._not_before[f"{job.key}/{name}"] = now + CLAIM_RETRY_S
+                    continue
             todo.append(
                 build_pod(
                     job,
@@ -272,6 +288,7 @@ class Reconciler:
                     admitted_node=place.node if place else None,
                     agent_socket_dir=self.agent_socket_dir,
                     scheduler_name=self.scheduler_name,
+                    claim=claim,
                 )
             )
         if not todo:
@@ -307,6 +324,12 @@ class Reconciler:
         uid = str(job.metadata.get("uid", ""))
         doomed = [n for n, b in self.store.pods_of(job.key).items() if owned_by(b, uid)]
         await asyncio.gather(*(self.kube.delete_pod(job.namespace, n) for n in doomed))
+        # Its claims too: the next plan may pin other GPUs, and a claim that
+        # outlived its pod would keep consuming its GPU's published memory.
+        desired = desired_pod_names(job)
+        await asyncio.gather(*(delete_claim(self.kube, job.namespace, n) for n in desired))
+        # The next plan writes claims of the same names: they are not gone for good.
+        self._claims_deleted.difference_update(f"{job.namespace}/{n}" for n in desired)
         new = with_condition(
             job.status.model_copy(update={"state": JobState.QUEUED}),
             CONDITION_ADMITTED,
@@ -354,6 +377,17 @@ class Reconciler:
         await asyncio.gather(*(self.kube.delete_pod(job.namespace, n) for n in doomed))
         if doomed:
             self.store.queue_changed = True
+        # The job's claims go with it: a claim that outlived its pods would keep
+        # consuming its GPU's published memory. Once per claim, not per resync.
+        claims = {
+            claim
+            for body in self.store.pods_of(job.key).values()
+            if owned_by(body, uid)
+            for claim in pod_claim_names(body)
+            if f"{job.namespace}/{claim}" not in self._claims_deleted
+        }
+        await asyncio.gather(*(delete_claim(self.kube, job.namespace, c) for c in claims))
+        self._claims_deleted.update(f"{job.namespace}/{c}" for c in claims)
 
 
 def _is_trainer(job: RLJob, role: str) -> bool:

@@ -55,6 +55,35 @@ def node_offer(body: Body) -> Node | None:
     return replace(node, gpus=()) if node is not None else None
 
 
+def log_gpu_mode(old: Body | None, new: Body) -> None:
+    """Say in the operator's log how a GPU node's GPUs are handed out, when that changes.
+
+    Detected, not configured: RLix's agent marks a node whose GPUs it publishes
+    as gpu.rlix.io DRA devices with consumable memory; every other GPU node
+    (NVIDIA's device plugin or DRA driver, a cluster without consumable
+    capacity) keeps whole GPUs.
+    """
+    node = node_offer(new)
+    if node is None or node.gpu_count <= 0:
+        return
+    before = node_offer(old) if old is not None else None
+    if before is not None and before.claims == node.claims:
+        return
+    if node.claims:
+        log.info(
+            "node %s: %d GPUs shared by memory through pinned gpu.rlix.io ResourceClaims",
+            node.name,
+            node.gpu_count,
+        )
+    else:
+        log.info(
+            "node %s: %d whole GPUs (nvidia.com/gpu; no gpu.rlix.io consumable capacity): "
+            "no GPU sharing, and parking frees nothing the scheduler can reuse",
+            node.name,
+            node.gpu_count,
+        )
+
+
 def workload_from_pod(body: Body) -> Workload | None:
     """The pod's workload, placed where admission planned it until it binds."""
     try:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rlix.core import names
 from rlix.core.rljob import RLJob, RLJobStatus
 from rlix.core.validation import FieldError, parse, spec_errors
-from rlix.operator.snapshots import node_offer
+from rlix.operator.snapshots import log_gpu_mode, node_offer
 
 Body = dict[str, Any]
 
@@ -137,11 +137,18 @@ class Store:
         name = body["metadata"]["name"]
         old = self.nodes.get(name)
         self.nodes[name] = body
+        log_gpu_mode(old, body)
         # Node heartbeats arrive every few seconds; only a change in what the
         # node offers is worth an admission pass.
         if old is None or node_offer(old) != node_offer(body):
             self.queue_changed = True
             self.wakeup.set()
+
+    def claims_node(self, name: str) -> bool:
+        """Whether RLix's agent drives this node's GPUs as gpu.rlix.io DRA devices."""
+        body = self.nodes.get(name)
+        node = node_offer(body) if body is not None else None
+        return node is not None and node.claims
 
     def drop_node(self, name: str) -> None:
         self.nodes.pop(name, None)

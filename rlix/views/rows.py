@@ -146,6 +146,9 @@ class NodeRow:
     memory_mib: int
     utilization: float | None  # mean over GPUs; None without agent data
     idle_gpus: int | None
+    # "shared": gpu.rlix.io DRA devices, pods share a GPU by memory through
+    # pinned claims; "whole": nvidia.com/gpu, one pod per GPU (docs/dra.md).
+    sharing: str = "whole"
 
 
 def node_rows(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[NodeRow]:
@@ -171,6 +174,7 @@ def node_rows(nodes: Iterable[Obj], pods: Iterable[Obj]) -> list[NodeRow]:
                 or node.gpu_memory_mib * node.gpu_count,
                 utilization=sum(util) / len(util) if util else None,
                 idle_gpus=sum(1 for u in util if u < IDLE_UTILIZATION) if util else None,
+                sharing="shared" if node.claims else "whole",
             )
         )
     return sorted(rows, key=lambda r: r.name)

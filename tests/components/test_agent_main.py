@@ -23,6 +23,8 @@ def test_help_teaches_every_option() -> None:
         "--node-name",
         "--kubeconfig",
         "--no-kube",
+        "--memory-overcommit",
+        "--no-dra",
         "--proc-root",
         "{nvml,simulated}",
         "SO_PEERCRED",
@@ -74,3 +76,8 @@ def test_driver_checkpoint_reports_why_it_is_unsupported_here() -> None:
     assert "driver" in reason or "cuda" in reason.lower()
     with pytest.raises(CheckpointUnsupportedError, match=r"driver|cuda"):
         ckpt.suspend(1)
+
+
+def test_an_overcommit_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--node-name=n", "--no-kube", "--memory-overcommit=0.5"]) == 2
+    assert "--memory-overcommit must be >= 1, got 0.5" in capsys.readouterr().err

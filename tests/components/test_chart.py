@@ -272,3 +272,34 @@ def test_pod_disruption_budgets_select_their_component() -> None:
         selector = _workload(docs, name.removeprefix("t-rlix-"))["spec"]["selector"]
         assert spec["selector"] == selector
     assert not [d for d in _render() if d["kind"] == "PodDisruptionBudget"]
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([], ["--no-dra"]),
+        (
+            ["--set", "nodeAgent.dra.enabled=true", "--set", "nodeAgent.dra.memoryOvercommit=1.5"],
+            ["--memory-overcommit=1.5"],
+        ),
+    ],
+    ids=["default-whole-gpus", "dra"],
+)
+def test_the_agent_is_the_dra_driver_only_when_asked(
+    values: list[str], expected: list[str]
+) -> None:
+    """The DeviceClass always; slices only with nodeAgent.dra.enabled (docs/dra.md)."""
+    result = _helm("template", "t", str(CHART), "--kube-version", "1.35.4", *values)
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    (device_class,) = [d for d in docs if d["kind"] == "DeviceClass"]
+    assert device_class["metadata"]["name"] == "gpu.rlix.io"
+    (agent,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if "dra" in a or "overcommit" in a] == expected
+    (role,) = [
+        d
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "t-rlix-node-agent"
+    ]
+    assert any("resourceslices" in r["resources"] for r in role["rules"])

@@ -227,3 +227,30 @@ def test_pin_is_anded_into_every_term_of_the_templates_own_affinity() -> None:
     assert spec["affinity"]["nodeAffinity"][PIN_KEY]["nodeSelectorTerms"][0] == {
         "matchExpressions": [zone]
     }
+
+
+def test_a_pod_with_a_pinned_claim_requests_no_nvidia_gpu() -> None:
+    from rlix.core import dra
+
+    job = ppo()
+    role = job.spec.roles[1]  # rollout, 1 GPU
+    plan = dra.ClaimPlan("team-a", "ppo-llama-helpful-rollout-0", ("GPU-3",), 60000, (3,))
+    pod = build_pod(job, role, 0, owner_uid="uid-1", admitted_node="n1", claim=plan)
+    spec = pod["spec"]
+    assert spec["resourceClaims"] == [
+        {"name": dra.POD_CLAIM_NAME, "resourceClaimName": "ppo-llama-helpful-rollout-0"}
+    ]
+    main = spec["containers"][0]
+    assert names.GPU_RESOURCE not in json.dumps(main.get("resources"))
+    assert main["resources"]["claims"] == [{"name": dra.POD_CLAIM_NAME}]
+    notes = pod["metadata"]["annotations"]
+    assert notes[names.ANNOTATION_CLAIMED_GPUS] == "1"
+    assert notes[names.ANNOTATION_GPU_INDICES] == "3"
+    # Admission keeps counting the pinned GPU: the reader sees 1 GPU, GPU 3.
+    workload = workload_from_pod(pod)
+    assert workload is not None
+    assert (workload.gpus, workload.gpu_indices, workload.node) == (1, (3,), "n1")
+    # Without a claim: whole GPUs, as before.
+    plain = build_pod(job, role, 0, owner_uid="uid-1")
+    assert "resourceClaims" not in plain["spec"]
+    assert plain["spec"]["containers"][0]["resources"]["limits"][names.GPU_RESOURCE] == "1"

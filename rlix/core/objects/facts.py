@@ -169,6 +169,10 @@ POD_GPUS: Final = Fact(
     integer(0, MAX_POD_GPUS), "GPUs", 0, 0, "0", "0 (for that container)",
     "GPUs requested: max(sum over containers, largest init container)",
 )  # fmt: skip
+POD_CLAIMED_GPUS: Final = Fact(
+    "Pod", "annotation", names.ANNOTATION_CLAIMED_GPUS, integer(0, MAX_POD_GPUS), "GPUs", 0, 0,
+    "0", "0", "GPUs held through the pod's gpu.rlix.io ResourceClaim (wins when larger)",
+)  # fmt: skip
 POD_NODE: Final = Fact[str | None](
     "Pod", "field", "spec.nodeName", _NAME, "-", None, None,
     "unbound", "unbound", "the node the pod is bound to",
@@ -204,6 +208,11 @@ NODE_NVLINK_DOMAIN: Final = Fact[str | None](
 NODE_GPU_STATE: Final = Fact(
     "Node", "annotation", names.ANNOTATION_NODE_GPUS, NODE_GPUS, "MiB, 0..1", (), (),
     "no agent data", "no agent data", "live GPU state the node agent publishes",
+)  # fmt: skip
+NODE_GPU_CLAIMS: Final = Fact(
+    "Node", "annotation", names.ANNOTATION_NODE_GPU_CLAIMS, FLAG, "-", False, False,
+    "false (whole GPUs)", "false (whole GPUs)",
+    "GPUs published as gpu.rlix.io devices with consumable memory (the agent sets it)",
 )  # fmt: skip
 NODE_UNSCHEDULABLE: Final = Fact(
     "Node", "field", "spec.unschedulable", BOOL, "-", False, True,
@@ -246,9 +255,10 @@ JOB_ITERATIONS: Final = Fact(
 
 FACTS: Final[tuple[Fact[Any], ...]] = (
     POD_JOB, POD_ROLE, POD_PREEMPTIBLE, POD_PRIORITY_ANNOTATION, POD_PRIORITY, POD_GANG_SIZE,
-    POD_MEMORY, POD_PHASE, POD_SUSPENDED, POD_GPU_INDICES, POD_ADMITTED_NODE, POD_GPUS, POD_NODE,
-    NODE_GPU_COUNT, NODE_ALLOCATABLE, NODE_GPU_REPLICAS, NODE_GPU_MEMORY, NODE_GPU_PRODUCT,
-    NODE_NVLINK_DOMAIN, NODE_GPU_STATE, NODE_UNSCHEDULABLE,
+    POD_MEMORY, POD_PHASE, POD_SUSPENDED, POD_GPU_INDICES, POD_ADMITTED_NODE, POD_GPUS,
+    POD_CLAIMED_GPUS, POD_NODE, NODE_GPU_COUNT, NODE_ALLOCATABLE, NODE_GPU_REPLICAS,
+    NODE_GPU_MEMORY, NODE_GPU_PRODUCT, NODE_NVLINK_DOMAIN, NODE_GPU_STATE, NODE_GPU_CLAIMS,
+    NODE_UNSCHEDULABLE,
     JOB_PRIORITY, JOB_PREEMPTIBLE_ROLLOUT, JOB_ALGORITHM, JOB_STATE, JOB_PHASE, JOB_GPUS,
     JOB_ITERATIONS,
 )  # fmt: skip

@@ -51,5 +51,6 @@ def read_node(obj: object) -> NodeFacts:
         or None,
         schedulable=not reading.get(f.NODE_UNSCHEDULABLE, part(obj, "spec").get("unschedulable")),
         gpus=reading.get(f.NODE_GPU_STATE, notes.get(names.ANNOTATION_NODE_GPUS)),
+        claims=reading.get(f.NODE_GPU_CLAIMS, notes.get(names.ANNOTATION_NODE_GPU_CLAIMS)),
     )
     return NodeFacts(node=node, errors=tuple(reading.errors))

@@ -76,7 +76,10 @@ def read_pod(obj: object) -> PodFacts:
         name=name,
         job=f"{ns}/{job}" if job else "",
         role=reading.get(f.POD_ROLE, labels.get(names.LABEL_ROLE)),
-        gpus=_gpus(reading, spec),
+        gpus=max(
+            _gpus(reading, spec),
+            reading.get(f.POD_CLAIMED_GPUS, notes.get(names.ANNOTATION_CLAIMED_GPUS)),
+        ),
         memory_mib=dict(memory),  # a copy: the row's default is shared
         priority=priority,
         preemptible=reading.get(f.POD_PREEMPTIBLE, raw_pre),

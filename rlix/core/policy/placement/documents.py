@@ -28,6 +28,7 @@ def node_to_doc(node: Node) -> dict[str, Any]:
         "product": node.product,
         "nvlinkDomain": node.nvlink_domain,
         "schedulable": node.schedulable,
+        "gpuClaims": node.claims,
         "gpus": [
             {
                 "index": g.index,
@@ -103,6 +104,7 @@ def node_from_doc(doc: Any) -> Node:
         gpu_count=_get(doc, "gpuCount", int, where),
         gpu_memory_mib=_get(doc, "gpuMemoryMiB", int, where),
         product=_opt(doc, "product", str, "", where),
+        claims=_opt(doc, "gpuClaims", bool, False, where),
         nvlink_domain=_opt(doc, "nvlinkDomain", str, None, where),
         schedulable=_opt(doc, "schedulable", bool, True, where),
         gpus=tuple(gpus),

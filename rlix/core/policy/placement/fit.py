@@ -79,13 +79,15 @@ def fit(load: NodeLoad, pod: Workload) -> Fit:
             need = "GPUs no other pod holds (node publishes no nvidia.com/gpu.memory)"
         reason = f"only {len(candidates)} of {len(load.gpus)} GPUs are free, pod needs {pod.gpus}"
         return Fit(ok=False, reason=f"{reason} with {need}", candidates=candidates)
-    best = max((g.free_mib for g in load.gpus), default=0)
+    # Name the GPU closest to fitting, so the reason says where memory ran out.
+    best = max(load.gpus, key=lambda g: (g.free_mib, -g.index))
     return Fit(
         ok=False,
         reason=(
             f"only {len(candidates)} of {len(load.gpus)} GPUs have {_mib(demand)} free, "
-            f"pod needs {pod.gpus} (most free on one GPU: {_mib(best)}; resident pods keep "
-            "memory for their current and next phase, suspended pods for their return)"
+            f"pod needs {pod.gpus} (most free on one GPU: {_mib(best.free_mib)} on GPU "
+            f"{best.index}, {_mib(best.owed_mib)} of {_mib(capacity)} promised; resident pods "
+            "keep memory for their current and next phase, suspended pods for their return)"
         ),
         candidates=candidates,
     )
