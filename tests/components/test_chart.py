@@ -1,23 +1,48 @@
-"""charts/rlix without a cluster: lint, generated CRDs, documented values."""
+"""charts/rlix without a cluster: lint, generated CRDs, documented values.
+
+Every helm call runs with Helm 3 and with Helm 4: users run either.
+"""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from rlix.devcluster.toolchain import bin_dir
+from rlix.devcluster.toolchain import HELM_BINARIES, bin_dir, versions
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "rlix"
+KUBE_VERSION = versions(ROOT)["K8S_VERSION"]
+
+Helm = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def _helm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(bin_dir() / "helm"), *args], check=False, capture_output=True, text=True
-    )
+@pytest.fixture(params=HELM_BINARIES)
+def helm(request: pytest.FixtureRequest) -> Helm:
+    binary = bin_dir() / str(request.param)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(binary), *args], check=False, capture_output=True, text=True)
+
+    return run
+
+
+def test_both_helm_majors_are_the_pinned_versions() -> None:
+    pinned = versions(ROOT)
+    for binary, version in zip(
+        HELM_BINARIES, (pinned["HELM_VERSION"], pinned["HELM4_VERSION"]), strict=True
+    ):
+        out = subprocess.run(
+            [str(bin_dir() / binary), "version", "--short"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert out.startswith(f"v{version}"), (binary, out)
 
 
 def test_chart_crds_are_the_generated_ones() -> None:
@@ -31,8 +56,8 @@ def test_chart_crds_are_the_generated_ones() -> None:
         )
 
 
-def test_helm_lint_is_clean() -> None:
-    result = _helm("lint", str(CHART), "--strict", "--kube-version", "1.35.4")
+def test_helm_lint_is_clean(helm: Helm) -> None:
+    result = helm("lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -72,8 +97,8 @@ def test_every_value_is_documented() -> None:
     ],
     ids=["defaults", "servicemonitor", "registry"],
 )
-def test_chart_renders_valid_yaml(values: list[str]) -> None:
-    result = _helm("template", "t", str(CHART), "--kube-version", "1.35.4", *values)
+def test_chart_renders_valid_yaml(helm: Helm, values: list[str]) -> None:
+    result = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     kinds = {d["kind"] for d in docs}
@@ -88,10 +113,10 @@ def test_chart_renders_valid_yaml(values: list[str]) -> None:
         assert all(i.startswith("r.example/") for i in images), images
 
 
-def test_operator_mounts_the_socket_dir_the_agent_serves_in() -> None:
+def test_operator_mounts_the_socket_dir_the_agent_serves_in(helm: Helm) -> None:
     """One value (nodeAgent.socketDir) for the agent's --socket and the operator's mount."""
-    result = _helm(
-        "template", "t", str(CHART), "--kube-version", "1.35.4",
+    result = helm(
+        "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
         "--set", "nodeAgent.socketDir=/var/run/rlix-test",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
