@@ -449,7 +449,7 @@ def run(args: argparse.Namespace) -> tuple[str, float]:
         "",
         "Notes: batches run one after another (default, baseline, rlix; live then drain), "
         "so each later batch schedules onto a cluster holding the earlier batches' pods. "
-        "All three are the same kube-scheduler 1.35 binary with default plugins; "
+        "All three are the same kube-scheduler binary (hack/versions.env) with default plugins; "
         "rlix-scheduler and the baseline use rlix.devcluster's configuration (client QPS "
         "200/burst 400), kwokctl starts the default scheduler with flags only (client QPS "
         "50/burst 100). The baseline is the fair yardstick: the extender is the only "

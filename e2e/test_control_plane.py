@@ -15,6 +15,7 @@ from e2e.extender_stand import ExtenderStand
 from e2e.kube import apply, events_for, get_json, pod, pod_phase_and_node, wait_for
 from rlix.core import names
 from rlix.devcluster.cluster import DevCluster
+from rlix.devcluster.toolchain import versions
 
 
 def _running(cluster: Any, namespace: str, name: str) -> str | None:
@@ -22,10 +23,13 @@ def _running(cluster: Any, namespace: str, name: str) -> str | None:
     return node if phase == "Running" else None
 
 
-def test_server_is_kubernetes_1_35(cluster: Any) -> None:
+def test_server_is_the_pinned_kubernetes(cluster: Any) -> None:
+    """hack/versions.env is what runs: the server and our kubectl are that release."""
+    pinned = versions()["K8S_VERSION"]
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)
-    assert version["serverVersion"]["gitVersion"].startswith("v1.35."), version
-    assert version["serverVersion"]["minor"] == "35"
+    assert version["serverVersion"]["gitVersion"] == f"v{pinned}", version
+    assert version["serverVersion"]["minor"] == pinned.split(".")[1]
+    assert version["clientVersion"]["gitVersion"] == f"v{pinned}", version
 
 
 def test_fake_gpu_nodes_follow_nvidia_conventions(local_cluster: DevCluster) -> None:

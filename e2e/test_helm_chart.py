@@ -2,32 +2,51 @@
 
 kwok marks the chart's pods Running and Ready without pulling images, so this
 proves the objects, selectors, RBAC and scheduling constraints, not the images.
+Every test runs with Helm 3 and with Helm 4 (``helm3``/``helm4`` in the
+toolchain): users run either, and Helm 4 changed what ``--wait`` waits for.
 """
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from e2e.kube import get_json, wait_for
 from rlix.devcluster.cluster import DevCluster
+from rlix.devcluster.toolchain import HELM_BINARIES, versions
 
-CHART = Path(__file__).resolve().parent.parent / "charts" / "rlix"
-KUBE_VERSION = "1.35.4"
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "rlix"
+KUBE_VERSION = versions(ROOT)["K8S_VERSION"]
 
-
-def helm(cluster: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    cmd = [str(cluster.bin_dir / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args]
-    result = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(args[:2])} failed:\n{result.stdout}\n{result.stderr}")
-    return result
+Helm = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def test_rendered_chart_passes_server_side_dry_run(cluster: Any, namespace: str) -> None:
+@pytest.fixture(params=HELM_BINARIES)
+def helm(request: pytest.FixtureRequest, cluster: Any) -> Helm:
+    """One Helm major on the session's cluster; raises with helm's output on failure."""
+    cmd = [str(cluster.bin_dir / str(request.param)), "--kubeconfig", str(cluster.kubeconfig)]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([*cmd, *args], check=False, capture_output=True, text=True,
+                                timeout=300)  # fmt: skip
+        if result.returncode != 0:
+            raise AssertionError(
+                f"{request.param} {' '.join(args[:2])} failed:\n{result.stdout}\n{result.stderr}"
+            )
+        return result
+
+    return run
+
+
+def test_rendered_chart_passes_server_side_dry_run(
+    helm: Helm, cluster: Any, namespace: str
+) -> None:
     rendered = helm(
-        cluster,
         "template",
         "dry",
         str(CHART),
@@ -71,9 +90,9 @@ def _can(
     return result.stdout.strip() == "yes"
 
 
-def _helm_release(cluster: Any, verb: str, release: str, namespace: str, *values: str) -> None:
+def _helm_release(helm: Helm, verb: str, release: str, namespace: str, *values: str) -> None:
     """``helm install|upgrade`` with the simulated GPU backend (kwok nodes have no NVML)."""
-    helm(cluster, verb, release, str(CHART), "-n", namespace, "--wait", "--timeout", "3m",
+    helm(verb, release, str(CHART), "-n", namespace, "--wait", "--timeout", "3m",
          "--set", "nodeAgent.backend=simulated", *values)  # fmt: skip
 
 
@@ -90,9 +109,11 @@ def _release_objects(cluster: Any, namespace: str, release: str) -> list[str]:
     return found
 
 
-def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: str) -> None:
+def test_install_rbac_upgrade_uninstall(
+    helm: Helm, local_cluster: DevCluster, namespace: str
+) -> None:
     release = "r" + namespace[-6:]
-    _helm_release(local_cluster, "install", release, namespace)
+    _helm_release(helm, "install", release, namespace)
     prefix = f"{release}-rlix"
     for deploy in ("operator", "extender", "scheduler"):
         local_cluster.kubectl(
@@ -135,9 +156,7 @@ def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: st
     ), "the operator's replicas elect a leader on a Lease"  # fmt: skip
 
     # Upgrade: a changed value rolls out, nothing is duplicated.
-    _helm_release(
-        local_cluster, "upgrade", release, namespace, "--set", "scheduler.extenderWeight=7"
-    )
+    _helm_release(helm, "upgrade", release, namespace, "--set", "scheduler.extenderWeight=7")
     config = get_json(local_cluster, "configmap", f"{prefix}-scheduler", "-n", namespace)
     assert "weight: 7" in config["data"]["config.yaml"]
     deploys = get_json(
@@ -145,7 +164,7 @@ def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: st
     )["items"]
     assert len(deploys) == 3
 
-    helm(local_cluster, "uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
+    helm("uninstall", release, "-n", namespace, "--wait", "--timeout", "3m")
     wait_for(
         "every object of the release to be gone",
         lambda: not _release_objects(local_cluster, namespace, release) or None,
@@ -170,10 +189,9 @@ def test_install_rbac_upgrade_uninstall(local_cluster: DevCluster, namespace: st
     assert local_cluster.kubectl("get", "crd", "rljobs.rlix.io", check=False).returncode == 0
 
 
-def test_optional_components_render(cluster: Any) -> None:
+def test_optional_components_render(helm: Helm) -> None:
     def render(*values: str) -> str:
-        args = ("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
-        return helm(cluster, *args).stdout
+        return helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values).stdout
 
     no_agent = render("--set", "nodeAgent.enabled=false")
     assert "kind: Deployment" in no_agent and "kind: DaemonSet" not in no_agent

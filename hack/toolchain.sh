@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
 
 cache=${RLIX_CACHE:-$HOME/.cache/rlix}
-bin="$cache/bin/k8s-v$K8S_VERSION-etcd-v$ETCD_VERSION-kwok-v$KWOK_VERSION-helm-v$HELM_VERSION"
+bin="$cache/bin/k8s-v$K8S_VERSION-etcd-v$ETCD_VERSION-kwok-v$KWOK_VERSION-helm-v$HELM_VERSION-v$HELM4_VERSION"
 if [[ "${1:-}" == "--print" ]]; then echo "$bin"; exit 0; fi
 
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
@@ -32,24 +32,25 @@ have() { local f; for f in "$@"; do [[ -x "$bin/$f" ]] || return 1; done; }
 k8s_module() {
   local dir="$cache/build/k8s-v$K8S_VERSION"
   mkdir -p "$dir"
+  log "resolving k8s.io/kubernetes v$K8S_VERSION modules (first run downloads ~1 GiB)"
+  # Its own go.mod says which staging modules to replace (1.37 added cri-streaming
+  # and streaming to 1.35's 31), which Go it needs and its godebug defaults.
+  local upstream
+  upstream=$(cd "$cache/build" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  [[ -f "$upstream" ]] || { log "cannot download k8s.io/kubernetes v$K8S_VERSION"; return 1; }
   {
     echo "module rlix.local/k8sbuild"
     echo
-    echo "go 1.25.0"
+    grep -E '^go [0-9]' "$upstream"
     echo
-    echo "godebug default=go1.25"
+    grep -E '^godebug ' "$upstream" || true
     echo
     echo "require k8s.io/kubernetes v$K8S_VERSION"
     echo
     echo "replace ("
-    for m in api apiextensions-apiserver apimachinery apiserver cli-runtime client-go \
-      cloud-provider cluster-bootstrap code-generator component-base component-helpers \
-      controller-manager cri-api cri-client csi-translation-lib dynamic-resource-allocation \
-      endpointslice externaljwt kms kube-aggregator kube-controller-manager kube-proxy \
-      kube-scheduler kubectl kubelet metrics mount-utils pod-security-admission \
-      sample-apiserver sample-cli-plugin sample-controller; do
-      echo "	k8s.io/$m => k8s.io/$m v$K8S_STAGING_VERSION"
-    done
+    sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*$|\1|p' "$upstream" |
+      while read -r m; do echo "	$m => $m v$K8S_STAGING_VERSION"; done
     echo ")"
   } >"$dir/go.mod"
   local minor=${K8S_VERSION#*.}; minor=${minor%%.*}
@@ -61,8 +62,7 @@ k8s_module() {
     k8s_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date -X $p.gitCommit=v$K8S_VERSION"
   done
   k8s_dir=$dir
-  log "resolving k8s.io/kubernetes v$K8S_VERSION modules (first run downloads ~1 GiB)"
-  (cd "$dir" && go mod download k8s.io/kubernetes && go get k8s.io/kubernetes@v$K8S_VERSION >/dev/null 2>&1 || true)
+  (cd "$dir" && go get k8s.io/kubernetes@v$K8S_VERSION >/dev/null 2>&1 || true)
 }
 
 build_kubernetes() {
@@ -140,12 +140,24 @@ build_kwok() {
   log "kwok ready"
 }
 
+# Helm 3 and Helm 4 side by side: the chart must work with both (users run
+# either), so the chart tests run with each. `helm` is Helm 4, the current major.
 build_helm() {
-  have helm && return 0
-  log "compiling helm v$HELM_VERSION"
-  local ld="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
-  GOBIN="$bin" go install -v -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" 2>&1 | progress helm
-  have helm || { log "helm build failed"; return 1; }
+  have helm3 helm4 helm && return 0
+  log "compiling helm v$HELM_VERSION and v$HELM4_VERSION"
+  local major version gobin
+  for version in "$HELM_VERSION" "$HELM4_VERSION"; do
+    major=${version%%.*}
+    have "helm$major" && continue
+    gobin=$(mktemp -d "$cache/build/helm-v$version.XXXXXX")
+    GOBIN="$gobin" go install -v \
+      -ldflags "-s -w -X helm.sh/helm/v$major/internal/version.version=v$version" \
+      "helm.sh/helm/v$major/cmd/helm@v$version" 2>&1 | progress "helm v$major"
+    [[ -x "$gobin/helm" ]] && mv "$gobin/helm" "$bin/helm$major"
+    rm -rf "$gobin"
+  done
+  ln -sfn helm4 "$bin/helm"
+  have helm3 helm4 helm || { log "helm build failed"; return 1; }
   log "helm ready"
 }
 

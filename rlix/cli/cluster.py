@@ -121,7 +121,7 @@ kubeconfig:  {cluster.kubeconfig}
 extender:    rlix-scheduler calls {cluster.options.extender_url} (start the extender there)
 
   export KUBECONFIG={cluster.kubeconfig}
-  export PATH={cluster.bin_dir}:$PATH   # kubectl matching the v1.35 server
+  export PATH={cluster.bin_dir}:$PATH   # kubectl matching the server
   kubectl get nodes -o wide
   kubectl get nodes -o custom-columns=NAME:.metadata.name,GPUS:.status.allocatable.nvidia\\.com/gpu
 

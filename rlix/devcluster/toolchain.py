@@ -21,6 +21,10 @@ REQUIRED = (
 )
 
 
+# Both Helm majors: the chart is tested with each (``helm`` itself is Helm 4).
+HELM_BINARIES = ("helm3", "helm4")
+
+
 class ToolchainMissingError(RuntimeError):
     """The control-plane binaries are not built yet."""
 
@@ -61,3 +65,26 @@ def bin_dir() -> Path:
             f"toolchain in {path} lacks {', '.join(missing)}: run `make toolchain` first"
         )
     return path
+
+
+def versions(root: Path | None = None) -> dict[str, str]:
+    """``hack/versions.env`` as a dict (K8S_VERSION, HELM_VERSION, ...).
+
+    The one place the toolchain's versions are written; tests read the
+    Kubernetes version they render the chart for from here, so an upgrade
+    edits one file.
+    """
+    checkout = root or repo_root()
+    if checkout is None:
+        raise ToolchainMissingError("cannot find hack/versions.env outside an RLix checkout")
+    path = checkout / "hack" / "versions.env"
+    found: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"{path}:{number}: expected KEY=VALUE, got {raw!r}")
+        found[key] = value
+    return found

@@ -1,25 +1,50 @@
-"""charts/rlix without a cluster: lint, generated CRDs, documented values, the values schema."""
+"""charts/rlix without a cluster: lint, generated CRDs, documented values, the values schema.
+
+Every helm call runs with Helm 3 and with Helm 4: users run either.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from rlix.devcluster.toolchain import bin_dir
+from rlix.devcluster.toolchain import HELM_BINARIES, bin_dir, versions
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "rlix"
+KUBE_VERSION = versions(ROOT)["K8S_VERSION"]
+
+Helm = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def _helm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(bin_dir() / "helm"), *args], check=False, capture_output=True, text=True
-    )
+@pytest.fixture(params=HELM_BINARIES)
+def helm(request: pytest.FixtureRequest) -> Helm:
+    binary = bin_dir() / str(request.param)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(binary), *args], check=False, capture_output=True, text=True)
+
+    return run
+
+
+def test_both_helm_majors_are_the_pinned_versions() -> None:
+    pinned = versions(ROOT)
+    for binary, version in zip(
+        HELM_BINARIES, (pinned["HELM_VERSION"], pinned["HELM4_VERSION"]), strict=True
+    ):
+        out = subprocess.run(
+            [str(bin_dir() / binary), "version", "--short"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert out.startswith(f"v{version}"), (binary, out)
 
 
 def test_chart_crds_are_the_generated_ones() -> None:
@@ -33,8 +58,8 @@ def test_chart_crds_are_the_generated_ones() -> None:
         )
 
 
-def test_helm_lint_is_clean() -> None:
-    result = _helm("lint", str(CHART), "--strict", "--kube-version", "1.35.4")
+def test_helm_lint_is_clean(helm: Helm) -> None:
+    result = helm("lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -82,8 +107,8 @@ def test_every_value_is_documented() -> None:
     ],
     ids=["defaults", "servicemonitor", "registry", "pdbs"],
 )
-def test_chart_renders_valid_yaml(values: list[str]) -> None:
-    result = _helm("template", "t", str(CHART), "--kube-version", "1.35.4", *values)
+def test_chart_renders_valid_yaml(helm: Helm, values: list[str]) -> None:
+    result = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     kinds = {d["kind"] for d in docs}
@@ -98,10 +123,10 @@ def test_chart_renders_valid_yaml(values: list[str]) -> None:
         assert all(i.startswith("r.example/") for i in images), images
 
 
-def test_operator_mounts_the_socket_dir_the_agent_serves_in() -> None:
+def test_operator_mounts_the_socket_dir_the_agent_serves_in(helm: Helm) -> None:
     """One value (nodeAgent.socketDir) for the agent's --socket and the operator's mount."""
-    result = _helm(
-        "template", "t", str(CHART), "--kube-version", "1.35.4",
+    result = helm(
+        "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
         "--set", "nodeAgent.socketDir=/var/run/rlix-test",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -116,8 +141,8 @@ def test_operator_mounts_the_socket_dir_the_agent_serves_in() -> None:
     assert "--agent-socket-dir=/var/run/rlix-test" in args_of("Deployment", "t-rlix-operator")
 
 
-def _render(*values: str, kube_version: str = "1.35.4") -> list[dict[str, Any]]:
-    result = _helm("template", "t", str(CHART), "--kube-version", kube_version, *values)
+def _render(helm: Helm, *values: str, kube_version: str = KUBE_VERSION) -> list[dict[str, Any]]:
+    result = helm("template", "t", str(CHART), "--kube-version", kube_version, *values)
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d]
 
@@ -147,9 +172,11 @@ def _workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
     ids=["top-level-typo", "nested-typo", "image-typo", "deep-typo", "type", "enum", "backend",
          "args-not-a-list"],
 )  # fmt: skip
-def test_schema_refuses_a_misspelt_or_mistyped_value(values: list[str], named: str) -> None:
+def test_schema_refuses_a_misspelt_or_mistyped_value(
+    helm: Helm, values: list[str], named: str
+) -> None:
     """A typo fails the install naming the key, instead of being silently ignored."""
-    result = _helm("template", "t", str(CHART), "--kube-version", "1.35.4", *values)
+    result = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
     assert result.returncode != 0, f"{values} was accepted"
     assert "schema" in result.stderr and named in result.stderr, result.stderr
 
@@ -176,14 +203,14 @@ def test_schema_covers_every_value_and_refuses_unknown_keys_everywhere() -> None
     [("1.35.4", "v1.35.4"), ("1.34.2", "v1.34.2"), ("v1.33.1+k3s1", "v1.33.1")],
 )
 def test_scheduler_image_is_the_kubernetes_registrys_at_the_clusters_version(
-    kube_version: str, tag: str
+    helm: Helm, kube_version: str, tag: str
 ) -> None:
-    docs = _render(kube_version=kube_version)
+    docs = _render(helm, kube_version=kube_version)
     (container,) = _workload(docs, "scheduler")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"registry.k8s.io/kube-scheduler:{tag}"
 
     pinned = _render(
-        "--set", "scheduler.image.tag=v1.35.0", "--set", "global.imageRegistry=m.example"
+        helm, "--set", "scheduler.image.tag=v1.35.0", "--set", "global.imageRegistry=m.example"
     )
     (container,) = _workload(pinned, "scheduler")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "m.example/kube-scheduler:v1.35.0"
@@ -194,9 +221,9 @@ COMPONENTS = {"operator": "operator", "extender": "extender", "scheduler": "sche
 
 
 @pytest.mark.parametrize("key", list(COMPONENTS))
-def test_every_component_takes_the_common_pod_settings(key: str) -> None:
+def test_every_component_takes_the_common_pod_settings(helm: Helm, key: str) -> None:
     component = COMPONENTS[key]
-    docs = _render(
+    docs = _render(helm,
         "--set", f"{key}.podLabels.team=infra",
         "--set", f"{key}.podAnnotations.note=hello",
         "--set", f"{key}.priorityClassName=rlix-critical",
@@ -234,7 +261,7 @@ def test_every_component_takes_the_common_pod_settings(key: str) -> None:
     assert bound and all(b["subjects"][0]["name"] == "custom-sa" for b in bound)
 
     # An existing account: the chart creates none and binds the one named.
-    existing = _render("--set", f"{key}.serviceAccount.create=false", "--set",
+    existing = _render(helm, "--set", f"{key}.serviceAccount.create=false", "--set",
                        f"{key}.serviceAccount.name=theirs")  # fmt: skip
     assert not [d for d in existing if d["kind"] == "ServiceAccount"
                 and d["metadata"]["name"] in {"theirs", f"t-rlix-{component}"}]  # fmt: skip
@@ -243,8 +270,8 @@ def test_every_component_takes_the_common_pod_settings(key: str) -> None:
     )
 
 
-def test_security_contexts_are_non_root_except_the_agent() -> None:
-    docs = _render()
+def test_security_contexts_are_non_root_except_the_agent(helm: Helm) -> None:
+    docs = _render(helm)
     for component in ("operator", "extender", "scheduler"):
         pod = _workload(docs, component)["spec"]["template"]["spec"]
         (container,) = pod["containers"]
@@ -257,8 +284,8 @@ def test_security_contexts_are_non_root_except_the_agent() -> None:
     assert agent["containers"][0]["securityContext"] == {"privileged": True}
 
 
-def test_pod_disruption_budgets_select_their_component() -> None:
-    docs = _render(
+def test_pod_disruption_budgets_select_their_component(helm: Helm) -> None:
+    docs = _render(helm,
         "--set", "extender.podDisruptionBudget.enabled=true",
         "--set", "extender.podDisruptionBudget.maxUnavailable=50%",
         "--set", "operator.podDisruptionBudget.enabled=true",
@@ -271,7 +298,7 @@ def test_pod_disruption_budgets_select_their_component() -> None:
     for name, spec in pdbs.items():
         selector = _workload(docs, name.removeprefix("t-rlix-"))["spec"]["selector"]
         assert spec["selector"] == selector
-    assert not [d for d in _render() if d["kind"] == "PodDisruptionBudget"]
+    assert not [d for d in _render(helm) if d["kind"] == "PodDisruptionBudget"]
 
 
 @pytest.mark.parametrize(
@@ -286,10 +313,10 @@ def test_pod_disruption_budgets_select_their_component() -> None:
     ids=["default-whole-gpus", "dra"],
 )
 def test_the_agent_is_the_dra_driver_only_when_asked(
-    values: list[str], expected: list[str]
+    helm: Helm, values: list[str], expected: list[str]
 ) -> None:
     """The DeviceClass always; slices only with nodeAgent.dra.enabled (docs/dra.md)."""
-    result = _helm("template", "t", str(CHART), "--kube-version", "1.35.4", *values)
+    result = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     (device_class,) = [d for d in docs if d["kind"] == "DeviceClass"]
