@@ -104,22 +104,15 @@ def _values(tags: dict[str, str], *, extender_weight: int = 5) -> dict[str, Any]
         "extenderWeight": extender_weight,
         **pin,
     }
-    agent_socket = "/run/rlix/agent.sock"
+    # The exec probe values.yaml suggests: the agent answers on its socket.
+    probe = {"exec": {"command": ["rlix", "agent", "--socket", "/run/rlix/agent.sock", "status"]}}
     values["nodeAgent"] |= {
         "backend": "simulated",
         "publishInterval": 1,
         # In the node's private /run (tmpfs): nothing lands on the machine.
         "parkDir": "/run/rlix-agent-parked",
-        # The exec probe values.yaml suggests: the agent answers on its socket.
-        "readinessProbe": {
-            "exec": {"command": ["rlix", "agent", "status", "--socket", agent_socket]},
-            "periodSeconds": 5,
-        },
-        "livenessProbe": {
-            "exec": {"command": ["rlix", "agent", "status", "--socket", agent_socket]},
-            "initialDelaySeconds": 10,
-            "periodSeconds": 20,
-        },
+        "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 10},
+        "livenessProbe": {**probe, "periodSeconds": 20, "timeoutSeconds": 10},
     }
     return values
 
@@ -128,10 +121,10 @@ def _helm_release(dev: DevCluster, verb: str, ns: str, values: dict[str, Any]) -
     return helm(
         dev,
         verb, RELEASE, str(CHART), "--namespace", ns,
-        "--wait", "--timeout", "5m",
+        "--wait", "--timeout", "4m",
         "--post-renderer", sys.executable, "--post-renderer-args", str(POST_RENDER),
         "-f", "-",
-        input=yaml.safe_dump(values),
+        input=yaml.safe_dump(values), timeout_s=270,
     )  # fmt: skip
 
 
@@ -322,7 +315,7 @@ def test_helm_upgrade_changes_a_value_and_uninstall_leaves_nothing(
     listed = json.loads(helm(dev, "list", "--namespace", ns, "-o", "json"))
     assert [(r["name"], r["revision"], r["status"]) for r in listed] == [(RELEASE, "2", "deployed")]
 
-    helm(dev, "uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout", "3m")
+    helm(dev, "uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout", "3m", timeout_s=200)
     kinds = "all,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets"
     left = dev.kubectl("get", kinds, "-n", ns, "-l", RELEASE_LABEL, "-o", "name").stdout
     assert not left.split(), left

@@ -66,10 +66,16 @@ LEFT_OUT = frozenset({"cuda-core", "cuda-bindings", "aiohttp"})
 LEFT_OUT_PATHS = ("kubernetes/aio/",)
 
 
+def left_out(extras: tuple[str, ...]) -> frozenset[str]:
+    """``LEFT_OUT`` for an image with ``extras``: the operator's kopf talks to the
+    API server through aiohttp, so an image with the operator keeps it."""
+    return LEFT_OUT - {"aiohttp"} if "operator" in extras else LEFT_OUT
+
+
 def runtime_requirements(wheel: Path, extras: tuple[str, ...] = EXTRAS) -> list[str]:
     """Distribution names the wheel needs at run time with ``extras``, transitively,
     for this interpreter (markers are evaluated: Debian 12's python3 is 3.11, as
-    the venv's), less ``LEFT_OUT``."""
+    the venv's), less ``left_out(extras)``."""
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
@@ -77,7 +83,7 @@ def runtime_requirements(wheel: Path, extras: tuple[str, ...] = EXTRAS) -> list[
     seen: list[str] = []
     while pending:
         name = pending.pop()
-        if _canonical(name) in seen or _canonical(name) in LEFT_OUT:
+        if _canonical(name) in seen or _canonical(name) in left_out(extras):
             continue
         seen.append(_canonical(name))
         requires = metadata.distribution(name).requires or []
