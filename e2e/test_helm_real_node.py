@@ -35,7 +35,8 @@ from rlix.core import names
 from rlix.devcluster import component_images, realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
 
-pytestmark = pytest.mark.realnode
+# Installs, waits for real containers and runs a job: longer than the default timeout.
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "rlix"
@@ -121,10 +122,10 @@ def _helm_release(dev: DevCluster, verb: str, ns: str, values: dict[str, Any]) -
     return helm(
         dev,
         verb, RELEASE, str(CHART), "--namespace", ns,
-        "--wait", "--timeout", "4m",
+        "--wait", "--timeout", "3m",
         "--post-renderer", sys.executable, "--post-renderer-args", str(POST_RENDER),
         "-f", "-",
-        input=yaml.safe_dump(values), timeout_s=270,
+        input=yaml.safe_dump(values), timeout_s=210,
     )  # fmt: skip
 
 

@@ -49,6 +49,18 @@ if ((need)); then
   rm -f "$staged/.complete"
   umoci insert --image "$staged:base" "$payload/dist-packages" /usr/lib/python3/dist-packages
   umoci insert --image "$staged:base" "$payload/bin" /usr/local/bin
+  # The non-root user gets a name: kopf (getpass.getuser) and others look the
+  # uid up in /etc/passwd, and die without an entry.
+  etc=$(mktemp -d "$tmp/etc.XXXXXX")
+  cp "$base/rootfs/etc/passwd" "$base/rootfs/etc/group" "$etc/"
+  while read -r _ _ _ user; do
+    [[ "$user" == - ]] || grep -q "^nonroot:" "$etc/passwd" || {
+      echo "nonroot:x:${user%%:*}:${user#*:}:nonroot:/nonexistent:/usr/sbin/nologin" >>"$etc/passwd"
+      echo "nonroot:x:${user#*:}:" >>"$etc/group"
+    }
+  done <<<"$recipe"
+  umoci insert --image "$staged:base" "$etc/passwd" /etc/passwd
+  umoci insert --image "$staged:base" "$etc/group" /etc/group
 fi
 while read -r repository extra entrypoint user; do
   archive_path="$out/$repository-$key.oci.tar"
