@@ -317,6 +317,12 @@ def test_helm_upgrade_changes_a_value_and_uninstall_leaves_nothing(
     assert [(r["name"], r["revision"], r["status"]) for r in listed] == [(RELEASE, "2", "deployed")]
 
     helm(dev, "uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout", "3m", timeout_s=200)
+    # The owners went with the uninstall; their pods end after their grace period.
+    wait_for(
+        "the release's pods to be gone",
+        lambda: not get_json(dev, "pods", "-n", ns)["items"],
+        timeout_s=120,
+    )
     kinds = "all,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets"
     left = dev.kubectl("get", kinds, "-n", ns, "-l", RELEASE_LABEL, "-o", "name").stdout
     assert not left.split(), left
@@ -327,8 +333,4 @@ def test_helm_upgrade_changes_a_value_and_uninstall_leaves_nothing(
         "get", "rolebindings", "-n", "kube-system", "-l", RELEASE_LABEL, "-o", "name"
     )
     assert not left.stdout.split(), left.stdout
-    wait_for(
-        "the release's pods to be gone",
-        lambda: not get_json(dev, "pods", "-n", ns)["items"],
-        timeout_s=120,
-    )
+    assert not json.loads(helm(dev, "list", "--namespace", ns, "-o", "json"))
