@@ -198,7 +198,7 @@ def test_every_component_runs_as_a_real_container_ready_through_its_probes(
         assert container["imagePullPolicy"] == "Never"
         assert container["readinessProbe"], f"{component} has no readiness probe"
     images = {c: p[0]["spec"]["containers"][0]["image"] for c, p in pods.items()}
-    server = get_json(dev, "--raw", "/version")["gitVersion"]
+    server = json.loads(dev.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
     assert images["scheduler"] == f"registry.k8s.io/kube-scheduler:{server}"
     assert images["operator"].startswith(f"{LOCAL_REGISTRY}/rlix-operator:")
     # The non-root images run as the chart's user; the agent as root, privileged.
