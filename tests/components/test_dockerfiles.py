@@ -75,6 +75,10 @@ def test_dockerfile_matches_the_make_images_recipe(directory: str) -> None:
     assert json.loads(entrypoint) == [image.entrypoint]
     users = re.findall(r"^USER (\S+)$", text, re.M)
     assert users == ([image.user] if image.user else [])
+    if image.user:
+        # Named in /etc/passwd, as hack/images.sh does: kopf calls getpass.getuser().
+        uid = image.user.split(":")[0]
+        assert re.search(rf"useradd --uid {uid} --user-group ", text), directory
     (tagged,) = re.findall(r"-t ([\w.-]+):dev", text)
     assert tagged == image.repository
     # The recipe's one payload carries every component's extra.
