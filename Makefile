@@ -65,6 +65,10 @@ test: venv toolchain node-deps lint verify ## Every tier CI can run: core, compo
 node-deps: ## Debian packages the real test node needs (runc, CNI plugins, debootstrap, umoci, gcc); no-op when present
 	@hack/node-deps.sh
 
+.PHONY: images
+images: venv toolchain node-deps ## OCI archives of operator, extender, node agent and kube-scheduler under build/images (no registry, no Docker)
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) hack/images.sh build/images
+
 .PHONY: test-node
 test-node: venv toolchain node-deps ## The real-node tier: a kubelet + containerd node beside the kwok nodes (needs root)
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) -m pytest e2e -m realnode $(PYTEST_ARGS)

@@ -71,16 +71,19 @@ def advertised_gpus(cluster: DevCluster, *, gpus: int, memory_mib: int) -> Itera
         cluster.kubectl("annotate", "node", node, f"{names.ANNOTATION_NODE_GPUS}-", check=False)
 
 
-def helm(cluster: DevCluster, *args: str, input: str | None = None) -> str:
+def helm(cluster: DevCluster, *args: str, input: str | None = None, timeout_s: float = 120) -> str:
     """The toolchain's helm on the cluster; its stdout (raises with stderr on failure)."""
-    result = subprocess.run(
-        [str(cluster.bin_dir / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            [str(cluster.bin_dir / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"helm {' '.join(args[:2])} ran past {timeout_s}s") from exc
     if result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args[:2])} failed: {result.stderr}")
     return result.stdout

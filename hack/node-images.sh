@@ -79,12 +79,14 @@ build_pause() {
   rm -rf "$fs" "$fs.oci"
 }
 
-build_node() {
+# ensure_base: the Debian root filesystem and its one-layer OCI layout, built once
+# per (suite, mirror, packages) and shared with hack/images.sh; sets $base.
+ensure_base() {
   local suite; suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
   local url; url=$(mirror)
   local packages=python3
   local base_key; base_key=$(printf '%s %s %s' "$suite" "$url" "$packages" | sha256sum | cut -c1-16)
-  local base="$cache/debian-$suite-minbase-$base_key"
+  base="$cache/debian-$suite-minbase-$base_key"
   if [[ ! -f "$base/.complete" ]]; then
     log "debootstrap --variant=minbase $suite from $url (cold: 1-3 min)"
     rm -rf "$base"
@@ -100,6 +102,10 @@ build_node() {
     layout "$base/rootfs" "$base/oci" base python3
     touch "$base/oci/.complete"
   fi
+}
+
+build_node() {
+  ensure_base
   local payload; payload=$(mktemp -d "$tmp/payload.XXXXXX")
   local key
   key=$(PYTHONPATH="$root" "$python" -m rlix.devcluster.node_payload "$payload")
@@ -127,6 +133,8 @@ build_node() {
   ls -t "$cache"/node-*.oci.tar | tail -n +4 | xargs -r rm -f
 }
 
+# hack/images.sh sources this file for its functions (and shares the lock above).
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 build_pause
 build_node
 log "images ready in $cache"

@@ -10,7 +10,7 @@ Dependencies are copied from the running interpreter's environment (the
 project's venv, Python 3.11 like Debian 12's python3) instead of being fetched
 again: the image then runs exactly the versions the tests run.
 
-    python -m rlix.devcluster.node_payload OUT_DIR   # prints the content key
+    python -m rlix.devcluster.node_payload OUT_DIR [EXTRA,...]   # prints the content key
 
 OUT_DIR receives ``dist-packages`` (for /usr/lib/python3/dist-packages) and
 ``bin`` (the console scripts, for /usr/local/bin).
@@ -66,10 +66,16 @@ LEFT_OUT = frozenset({"cuda-core", "cuda-bindings", "aiohttp"})
 LEFT_OUT_PATHS = ("kubernetes/aio/",)
 
 
+def left_out(extras: tuple[str, ...]) -> frozenset[str]:
+    """``LEFT_OUT`` for an image with ``extras``: the operator's kopf talks to the
+    API server through aiohttp, so an image with the operator keeps it."""
+    return LEFT_OUT - {"aiohttp"} if "operator" in extras else LEFT_OUT
+
+
 def runtime_requirements(wheel: Path, extras: tuple[str, ...] = EXTRAS) -> list[str]:
     """Distribution names the wheel needs at run time with ``extras``, transitively,
     for this interpreter (markers are evaluated: Debian 12's python3 is 3.11, as
-    the venv's), less ``LEFT_OUT``."""
+    the venv's), less ``left_out(extras)``."""
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
@@ -77,7 +83,7 @@ def runtime_requirements(wheel: Path, extras: tuple[str, ...] = EXTRAS) -> list[
     seen: list[str] = []
     while pending:
         name = pending.pop()
-        if _canonical(name) in seen or _canonical(name) in LEFT_OUT:
+        if _canonical(name) in seen or _canonical(name) in left_out(extras):
             continue
         seen.append(_canonical(name))
         requires = metadata.distribution(name).requires or []
@@ -164,14 +170,16 @@ def console_scripts(wheel: Path, target: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m rlix.devcluster.node_payload OUT_DIR", file=sys.stderr)
+    if len(argv) not in (1, 2):
+        print("usage: python -m rlix.devcluster.node_payload OUT_DIR [EXTRA,...]", file=sys.stderr)
         return 2
     source = Path(__file__).resolve().parents[2]
     out = Path(argv[0])
+    # The component images (hack/images.sh) name their extras; the node image takes EXTRAS.
+    extras = tuple(argv[1].split(",")) if len(argv) == 2 else EXTRAS
     with tempfile.TemporaryDirectory(prefix="rlix-wheel-") as tmp:
         wheel = build_wheel(source, Path(tmp))
-        key = lay_out(wheel, runtime_requirements(wheel), out / "dist-packages")
+        key = lay_out(wheel, runtime_requirements(wheel, extras), out / "dist-packages")
         console_scripts(wheel, out / "bin")
     print(key)
     return 0

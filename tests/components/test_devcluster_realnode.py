@@ -160,6 +160,21 @@ def test_payload_leaves_out_the_gpu_only_and_asyncio_distributions(tmp_path: Pat
     assert not {"cuda-core", "cuda-bindings", "numpy", "aiohttp"} & set(names)
 
 
+def test_the_operators_payload_keeps_aiohttp_for_kopf(tmp_path: Path) -> None:
+    """The operator image (make images) imports kopf, which imports aiohttp at
+    load: left out, the operator died at start on the real node."""
+    wheel = tmp_path / "rlix-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(
+            "rlix-0.dist-info/METADATA",
+            'Name: rlix\nRequires-Dist: kopf==1.45.2; extra == "operator"\n'
+            'Requires-Dist: cuda-core==1.2.2; extra == "agent"\n',
+        )
+    names = runtime_requirements(wheel, extras=("agent", "operator"))
+    assert {"kopf", "aiohttp"} <= set(names)
+    assert "cuda-core" not in names
+
+
 def test_console_scripts_run_the_wheels_entry_points(tmp_path: Path) -> None:
     wheel = tmp_path / "rlix-0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:

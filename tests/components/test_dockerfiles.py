@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rlix.devcluster import component_images
+
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VALUES = yaml.safe_load((ROOT / "charts" / "rlix" / "values.yaml").read_text())
@@ -55,3 +57,49 @@ def test_image_user_matches_the_charts_security_context(directory: str) -> None:
     else:
         assert users == [(str(pod["runAsUser"]), str(pod["runAsGroup"]))]
         assert pod["runAsNonRoot"] is True
+
+
+# Dockerfile directory -> chart values key, for the `make images` recipe.
+DIRECTORIES = {directory: key for directory, (_, _, key) in COMPONENTS.items()}
+
+
+@pytest.mark.parametrize("directory", list(COMPONENTS))
+def test_dockerfile_matches_the_make_images_recipe(directory: str) -> None:
+    """hack/images.sh builds from rlix.devcluster.component_images; the Dockerfile
+    must install the same extra, run the same entrypoint as the same user, and be
+    tagged with the same repository, or the two images would differ."""
+    image = component_images.COMPONENTS[DIRECTORIES[directory]]
+    text = (ROOT / directory / "Dockerfile").read_text()
+    assert f"pip install --no-cache-dir '.[{image.extra}]'" in text
+    (entrypoint,) = re.findall(r"^ENTRYPOINT (.+)$", text, re.M)
+    assert json.loads(entrypoint) == [image.entrypoint]
+    users = re.findall(r"^USER (\S+)$", text, re.M)
+    assert users == ([image.user] if image.user else [])
+    if image.user:
+        # Named in /etc/passwd, as hack/images.sh does: kopf calls getpass.getuser().
+        uid = image.user.split(":")[0]
+        assert re.search(rf"useradd --uid {uid} --user-group ", text), directory
+    (tagged,) = re.findall(r"-t ([\w.-]+):dev", text)
+    assert tagged == image.repository
+    # The recipe's one payload carries every component's extra.
+    assert image.extra in component_images.PAYLOAD_EXTRAS
+
+
+def test_the_recipe_covers_every_chart_component_with_an_image() -> None:
+    """Every component the chart runs from an RLix image has a recipe entry, and
+    the scheduler image carries the chart's default repository and user."""
+    rlix_images = {
+        key for key in VALUES if isinstance(VALUES[key], dict) and "image" in VALUES[key]
+    }
+    assert set(component_images.COMPONENTS) == rlix_images - {"scheduler"}
+    assert set(DIRECTORIES.values()) == set(component_images.COMPONENTS)
+    scheduler = VALUES["scheduler"]
+    assert scheduler["image"]["repository"] == component_images.SCHEDULER_REPOSITORY
+    pod = scheduler["podSecurityContext"]
+    assert f"{pod['runAsUser']}:{pod['runAsGroup']}" == component_images.SCHEDULER_USER
+    for key, image in component_images.COMPONENTS.items():
+        assert VALUES[key]["image"]["repository"] == image.repository
+        assert image.entrypoint in PYPROJECT["project"]["scripts"]
+        assert image.extra in PYPROJECT["project"]["optional-dependencies"]
+        pod = VALUES[key]["podSecurityContext"]
+        assert image.user == (f"{pod['runAsUser']}:{pod['runAsGroup']}" if pod else "")
