@@ -315,12 +315,12 @@ def test_pod_disruption_budgets_select_their_component(helm: Helm) -> None:
 def test_the_agent_is_the_dra_driver_only_when_asked(
     helm: Helm, values: list[str], expected: list[str]
 ) -> None:
-    """The DeviceClass always; slices only with nodeAgent.dra.enabled (docs/dra.md)."""
+    """The DeviceClass and slices only with nodeAgent.dra.enabled (docs/dra.md)."""
     result = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
-    (device_class,) = [d for d in docs if d["kind"] == "DeviceClass"]
-    assert device_class["metadata"]["name"] == "gpu.rlix.io"
+    classes = [d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"]
+    assert classes == (["gpu.rlix.io"] if "--no-dra" not in expected else [])
     (agent,) = [d for d in docs if d["kind"] == "DaemonSet"]
     args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
     assert [a for a in args if "dra" in a or "overcommit" in a] == expected

@@ -60,6 +60,7 @@ class AgentProcess:
         control_pod_uid: str = "",
         kubeconfig: Path | None = None,
         metrics_port: int = 0,
+        dra: bool = False,
     ) -> None:
         self.root = root
         self.metrics_port = metrics_port
@@ -79,6 +80,11 @@ class AgentProcess:
             if kubeconfig is not None
             else ["--no-kube", f"--pod-map={root / 'pods.json'}"]
         )
+        # Publishing gpu.rlix.io slices marks the node as shared by claims, which
+        # changes how the operator places every later test's pods on it: only a
+        # test of DRA itself (on its own cluster) asks for it.
+        if kubeconfig is not None and not dra:
+            kube.append("--no-dra")
         self._args = [
             *kube,
             f"--backend={backend}",
