@@ -250,8 +250,8 @@ def test_crd_upgrade_needs_the_documented_apply_step(
 
     The release is installed from a copy of the chart whose CRD lacks a field
     (the chart before that field existed), its CRD created by ``kubectl
-    replace`` under Helm's field manager: the session created the CRD already,
-    and Helm skips a CRD that exists, as it would on any upgrade. ``helm
+    replace`` (or create) under Helm's field manager: the session may hold the
+    CRD already, and Helm skips a CRD that exists, as it would on any upgrade. ``helm
     upgrade`` to the current chart leaves that CRD, so the field is refused or
     pruned; ``kubectl apply --server-side --force-conflicts -f crds/`` (what
     the README says to run first) brings it, and ``helm upgrade`` then runs as
@@ -264,7 +264,10 @@ def test_crd_upgrade_needs_the_documented_apply_step(
     del _spec_schema(old_crd)["properties"][NEW_FIELD]
     (old_chart / "crds" / CRD.name).write_text(yaml.safe_dump(old_crd, sort_keys=False))
     crd_text = yaml.safe_dump(old_crd, sort_keys=False)
-    local_cluster.kubectl("replace", "--field-manager=helm", "-f", "-", input=crd_text)
+    # Replaced, not applied: an apply drops a field only its own manager set.
+    exists = local_cluster.kubectl("get", "crd", "rljobs.rlix.io", check=False).returncode == 0
+    verb = "replace" if exists else "create"
+    local_cluster.kubectl(verb, "--field-manager=helm", "-f", "-", input=crd_text)
     release = "c" + namespace[-6:]
     try:
         helm("install", release, str(old_chart), "-n", namespace,
