@@ -71,11 +71,20 @@ def advertised_gpus(cluster: DevCluster, *, gpus: int, memory_mib: int) -> Itera
         cluster.kubectl("annotate", "node", node, f"{names.ANNOTATION_NODE_GPUS}-", check=False)
 
 
-def helm(cluster: DevCluster, *args: str, input: str | None = None, timeout_s: float = 120) -> str:
-    """The toolchain's helm on the cluster; its stdout (raises with stderr on failure)."""
+def helm(
+    cluster: DevCluster,
+    *args: str,
+    input: str | None = None,
+    timeout_s: float = 120,
+    binary: str = "helm",
+) -> str:
+    """The toolchain's helm (``binary``: helm, helm3 or helm4) on the cluster; its stdout.
+
+    Raises with helm's stderr on failure.
+    """
     try:
         result = subprocess.run(
-            [str(cluster.bin_dir / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
+            [str(cluster.bin_dir / binary), "--kubeconfig", str(cluster.kubeconfig), *args],
             input=input,
             capture_output=True,
             text=True,

@@ -8,12 +8,14 @@ toolchain): users run either, and Helm 4 changed what ``--wait`` waits for.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.kube import get_json, wait_for
 from rlix.devcluster.cluster import DevCluster
@@ -90,10 +92,20 @@ def _can(
     return result.stdout.strip() == "yes"
 
 
+# kwok nodes have no NVML, and the session's cluster made the gpu.rlix.io
+# DeviceClass already (Helm will not install over an object it does not own).
+KWOK_VALUES = (
+    "--set",
+    "nodeAgent.backend=simulated",
+    "--set",
+    "nodeAgent.dra.createDeviceClass=false",
+)
+
+
 def _helm_release(helm: Helm, verb: str, release: str, namespace: str, *values: str) -> None:
-    """``helm install|upgrade`` with the simulated GPU backend (kwok nodes have no NVML)."""
+    """``helm install|upgrade`` on the kwok nodes (``KWOK_VALUES``)."""
     helm(verb, release, str(CHART), "-n", namespace, "--wait", "--timeout", "3m",
-         "--set", "nodeAgent.backend=simulated", *values)  # fmt: skip
+         *KWOK_VALUES, *values)  # fmt: skip
 
 
 def _release_objects(cluster: Any, namespace: str, release: str) -> list[str]:
@@ -201,3 +213,103 @@ def test_optional_components_render(helm: Helm) -> None:
     # The URL the API server gets must name the Service, not the 0.0.0.0 it listens on.
     assert "--webhook-advertise-host=t-rlix-operator.default.svc" in hooked
     assert "validatingwebhookconfigurations" in hooked
+
+
+CRD = CHART / "crds" / "rlix.io_rljobs.yaml"
+# The spec field the "older" CRD lacks: any optional one serves.
+NEW_FIELD = "backoffLimit"
+
+
+def _spec_schema(crd: dict[str, Any]) -> dict[str, Any]:
+    [version] = crd["spec"]["versions"]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
+def _job_with_new_field(name: str) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "rlix.io/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
+        "spec": {
+            "algorithm": "GRPO",
+            NEW_FIELD: 2,
+            "roles": [{
+                "name": "trainer", "kind": "trainer", "replicas": 1, "gpusPerReplica": 1,
+                "image": "example.com/trainer:1",
+                "gpuMemoryMiB": {"training": 1000, "rollout": 1000},
+            }],
+        },
+    })  # fmt: skip
+
+
+def test_crd_upgrade_needs_the_documented_apply_step(
+    helm: Helm, local_cluster: DevCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Helm installs ``crds/`` once and never upgrades it; the documented step does.
+
+    The release is installed from a copy of the chart whose CRD lacks a field
+    (the chart before that field existed), its CRD created by ``kubectl
+    replace`` (or create) under Helm's field manager: the session may hold the
+    CRD already, and Helm skips a CRD that exists, as it would on any upgrade. ``helm
+    upgrade`` to the current chart leaves that CRD, so the field is refused or
+    pruned; ``kubectl apply --server-side --force-conflicts -f crds/`` (what
+    the README says to run first) brings it, and ``helm upgrade`` then runs as
+    usual. The session's CRD is the current one again afterwards.
+    """
+    old_chart = tmp_path / "rlix"
+    shutil.copytree(CHART, old_chart)
+    old_crd = yaml.safe_load(CRD.read_text())
+    assert NEW_FIELD in _spec_schema(old_crd)["properties"]
+    del _spec_schema(old_crd)["properties"][NEW_FIELD]
+    (old_chart / "crds" / CRD.name).write_text(yaml.safe_dump(old_crd, sort_keys=False))
+    crd_text = yaml.safe_dump(old_crd, sort_keys=False)
+    # Replaced, not applied: an apply drops a field only its own manager set.
+    exists = local_cluster.kubectl("get", "crd", "rljobs.rlix.io", check=False).returncode == 0
+    verb = "replace" if exists else "create"
+    local_cluster.kubectl(verb, "--field-manager=helm", "-f", "-", input=crd_text)
+    release = "c" + namespace[-6:]
+    try:
+        helm("install", release, str(old_chart), "-n", namespace,
+             *KWOK_VALUES)  # fmt: skip
+        # The upgrade alone: the chart's crds/ carries the field, the cluster does not.
+        helm("upgrade", release, str(CHART), "-n", namespace,
+             *KWOK_VALUES)  # fmt: skip
+        crd = get_json(local_cluster, "crd", "rljobs.rlix.io")
+        assert NEW_FIELD not in _spec_schema(crd)["properties"], "helm upgraded crds/"
+        refused = local_cluster.kubectl(
+            "create", "-n", namespace, "-f", "-", input=_job_with_new_field("old"), check=False
+        )
+        assert refused.returncode != 0 and NEW_FIELD in refused.stderr, refused
+        local_cluster.kubectl(
+            "create", "-n", namespace, "--validate=false", "-f", "-",
+            input=_job_with_new_field("old"),
+        )  # fmt: skip
+        pruned = get_json(local_cluster, "rlj", "old", "-n", namespace)["spec"]
+        assert NEW_FIELD not in pruned, "the old CRD's schema prunes the field"
+
+        # The documented step, then the upgrade.
+        local_cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds")
+        )
+        wait_for(
+            "the upgraded CRD to be served",
+            lambda: (
+                NEW_FIELD
+                in _spec_schema(get_json(local_cluster, "crd", "rljobs.rlix.io"))["properties"]
+            ),
+            timeout_s=30,
+        )
+        helm("upgrade", release, str(CHART), "-n", namespace,
+             *KWOK_VALUES)  # fmt: skip
+        local_cluster.kubectl(
+            "create", "-n", namespace, "-f", "-", input=_job_with_new_field("new")
+        )
+        kept = get_json(local_cluster, "rlj", "new", "-n", namespace)["spec"]
+        assert kept[NEW_FIELD] == 2, kept
+    finally:
+        local_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+        local_cluster.kubectl("delete", "rlj", "--all", "-n", namespace, "--wait=false",
+                              check=False)  # fmt: skip
+        helm("uninstall", release, "-n", namespace, "--ignore-not-found", "--wait",
+             "--timeout", "3m")  # fmt: skip

@@ -23,14 +23,17 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from e2e import realnode_pods
 from e2e.kube import apply, get_json, wait_for
-from e2e.realnode_pods import advertised_gpus, helm
+from e2e.realnode_pods import advertised_gpus, real_pod
 from rlix.core import names
 from rlix.devcluster import component_images, realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
@@ -42,12 +45,24 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "rlix"
 POST_RENDER = Path(__file__).parent / "probes" / "real_node_post_render.py"
 RELEASE = "rlix-images"  # unique to this branch's tests
+# Helm 3: the post-renderer is an executable there, while Helm 4 takes only a
+# post-renderer plugin (``--post-renderer`` names an installed plugin). The
+# chart itself is checked with both majors on kwok (e2e/test_helm_chart.py).
+HELM = "helm3"
 LOCAL_REGISTRY = "rlix.local"
 GPUS, GPU_MIB = 8, 143_771
 COMPONENTS = ("operator", "extender", "scheduler", "node-agent")
 RELEASE_LABEL = f"app.kubernetes.io/instance={RELEASE}"
 # The trainer finishes after a few seconds: its success is the job's.
 TRAINER = ["python3", "-c", "import time; time.sleep(5)"]
+# The chart's default ports (values.yaml): metrics of the operator and the node
+# agent, and the extender's one HTTP port, which serves its /metrics too.
+METRICS_PORTS = {"operator": 9464, "extender": 8787, "node-agent": 9465}
+# Fetches each URL given and prints {url: body} as JSON: runs in the node image.
+SCRAPER = """
+import json, sys, urllib.request
+print(json.dumps({u: urllib.request.urlopen(u, timeout=20).read().decode() for u in sys.argv[1:]}))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +97,11 @@ def images(dev: DevCluster, real_node: realnode.RealNode) -> dict[str, str]:
     return tags
 
 
+def helm(dev: DevCluster, *args: str, input: str | None = None, timeout_s: float = 120) -> str:
+    """Helm 3 on the session's cluster (see ``HELM``)."""
+    return realnode_pods.helm(dev, *args, input=input, timeout_s=timeout_s, binary=HELM)
+
+
 def _values(tags: dict[str, str], *, extender_weight: int = 5) -> dict[str, Any]:
     pin = {
         "nodeSelector": {realnode.NODE_LABEL: "true"},
@@ -109,6 +129,8 @@ def _values(tags: dict[str, str], *, extender_weight: int = 5) -> dict[str, Any]
     probe = {"exec": {"command": ["rlix", "agent", "--socket", "/run/rlix/agent.sock", "status"]}}
     values["nodeAgent"] |= {
         "backend": "simulated",
+        # The session's cluster has the gpu.rlix.io DeviceClass already.
+        "dra": {"createDeviceClass": False},
         "publishInterval": 1,
         # In the node's private /run (tmpfs): nothing lands on the machine.
         "parkDir": "/run/rlix-agent-parked",
@@ -217,6 +239,57 @@ def test_every_component_runs_as_a_real_container_ready_through_its_probes(
     )
 
 
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def _scrape(dev: DevCluster, real_node: realnode.RealNode, release: str) -> dict[str, Samples]:
+    """Each component's /metrics, fetched through its Service by DNS name from a pod.
+
+    The pod runs on the real node, where the node's CoreDNS resolves
+    ``<service>.<namespace>.svc.cluster.local`` as it would for Prometheus;
+    returns component -> sample name -> [(labels, value)].
+    """
+    urls = {
+        component: (
+            f"http://{RELEASE}-rlix-{component}.{release}.svc.{realnode.CLUSTER_DOMAIN}"
+            f":{port}/metrics"
+        )
+        for component, port in METRICS_PORTS.items()
+    }
+    pod = f"scrape-{uuid.uuid4().hex[:8]}"
+    apply(dev, release, real_pod(real_node, pod, ["python3", "-c", SCRAPER, *urls.values()]))
+    try:
+        phase = wait_for(
+            f"the scraping pod {pod} to finish",
+            lambda: (
+                get_json(dev, "pod", pod, "-n", release)["status"].get("phase")
+                in ("Succeeded", "Failed")
+                and get_json(dev, "pod", pod, "-n", release)["status"]["phase"]
+            ),
+            timeout_s=120,
+        )
+        logs = dev.kubectl("logs", "-n", release, pod, check=False)
+        assert phase == "Succeeded", f"scraping failed:\n{logs.stdout}\n{logs.stderr}"
+        bodies = json.loads(logs.stdout)
+    finally:
+        dev.kubectl("delete", "pod", pod, "-n", release, "--wait=false", check=False)
+    scraped: dict[str, Samples] = {}
+    for component, url in urls.items():
+        samples: Samples = {}
+        for family in text_string_to_metric_families(bodies[url]):
+            samples.setdefault(family.name, [])  # a family may have no sample yet
+            for sample in family.samples:
+                samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+        scraped[component] = samples
+    return scraped
+
+
+def _total(samples: Samples, name: str) -> float:
+    """The sum of a series over its labels; a missing series fails with the names there."""
+    assert name in samples, f"{name} not scraped; have {sorted(samples)}"
+    return sum(value for _, value in samples[name])
+
+
 def _role(name: str, kind: str, image: str, command: list[str]) -> dict[str, Any]:
     return {
         "name": name,
@@ -242,6 +315,26 @@ def _role(name: str, kind: str, image: str, command: list[str]) -> dict[str, Any
     }
 
 
+@contextmanager
+def _only_the_real_node(dev: DevCluster) -> Iterator[None]:
+    """The session's kwok GPU nodes cordoned, so the operator plans on the real node.
+
+    The operator places a gang by GPUs alone (a role template's nodeSelector
+    does not steer its plan), and the kwok nodes offer GPUs too: a plan on one
+    of them would leave the pods, pinned to the real node, unschedulable.
+    """
+    others = [
+        n["metadata"]["name"]
+        for n in get_json(dev, "nodes")["items"]
+        if n["metadata"]["name"] != realnode.NODE_NAME
+    ]
+    dev.kubectl("cordon", *others)
+    try:
+        yield
+    finally:
+        dev.kubectl("uncordon", *others, check=False)
+
+
 def test_an_rljob_runs_to_succeeded_through_the_installed_components(
     dev: DevCluster, real_node: realnode.RealNode, release: str
 ) -> None:
@@ -249,49 +342,99 @@ def test_an_rljob_runs_to_succeeded_through_the_installed_components(
     dev.kubectl("create", "namespace", ns)
     job = "hj"
     try:
-        wait_for(
-            f"the default ServiceAccount of {ns}",
-            lambda: dev.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-        )
-        image = real_node.node_image
-        apply(dev, ns, {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
-            "metadata": {"name": job},
-            "spec": {
-                "algorithm": "GRPO",
-                "roles": [
-                    _role("policy", "trainer", image, TRAINER),
-                    _role("gen", "rollout", image, ["sleep", "3600"]),
-                ],
-            },
-        })  # fmt: skip
-        try:
-            status = wait_for(
-                "the RLJob to succeed",
-                lambda: (
-                    (s := get_json(dev, "rlj", job, "-n", ns).get("status", {})).get("state")
-                    in ("Succeeded", "Failed")
-                    and s
-                ),
-                timeout_s=240,
+        with _only_the_real_node(dev):
+            wait_for(
+                f"the default ServiceAccount of {ns}",
+                lambda: dev.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
             )
-        except AssertionError as exc:
-            pods = dev.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
-            events = dev.kubectl("get", "events", "-n", ns, check=False).stdout
-            raise AssertionError(f"{exc}\n{pods}\n{events}\n{_diagnose(dev, release)}") from None
-        assert status["state"] == "Succeeded", status
-        # Bound by the installed scheduler: its pod, not the session's own process.
-        [scheduler_pod] = _pods(dev, release)["scheduler"]
-        scheduled = [
-            e for e in get_json(dev, "events", "-n", ns)["items"] if e.get("reason") == "Scheduled"
-        ]
-        assert scheduled, "no Scheduled event"
-        for event in scheduled:
-            instance = event.get("reportingInstance") or event.get("source", {}).get("host", "")
-            assert scheduler_pod["metadata"]["name"] in instance, event
+            before = _scrape(dev, real_node, release)
+            image = real_node.node_image
+            apply(dev, ns, {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "metadata": {"name": job},
+                "spec": {
+                    "algorithm": "GRPO",
+                    "roles": [
+                        _role("policy", "trainer", image, TRAINER),
+                        _role("gen", "rollout", image, ["sleep", "3600"]),
+                    ],
+                },
+            })  # fmt: skip
+            try:
+                status = wait_for(
+                    "the RLJob to succeed",
+                    lambda: (
+                        (s := get_json(dev, "rlj", job, "-n", ns).get("status", {})).get("state")
+                        in ("Succeeded", "Failed")
+                        and s
+                    ),
+                    timeout_s=240,
+                )
+            except AssertionError as exc:
+                pods = dev.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
+                events = dev.kubectl("get", "events", "-n", ns, check=False).stdout
+                raise AssertionError(
+                    f"{exc}\n{pods}\n{events}\n{_diagnose(dev, release)}"
+                ) from None
+            assert status["state"] == "Succeeded", status
+            # Bound by the installed scheduler: its pod, not the session's own process.
+            [scheduler_pod] = _pods(dev, release)["scheduler"]
+            scheduled = [
+                e
+                for e in get_json(dev, "events", "-n", ns)["items"]
+                if e.get("reason") == "Scheduled"
+            ]
+            assert scheduled, "no Scheduled event"
+            for event in scheduled:
+                instance = event.get("reportingInstance") or event.get("source", {}).get("host", "")
+                assert scheduler_pod["metadata"]["name"] in instance, event
+            _check_metrics_moved(
+                before,
+                _scrape(dev, real_node, release),
+                nodes=len(get_json(dev, "nodes")["items"]),
+            )
     finally:
         dev.kubectl("delete", "namespace", ns, "--wait=true", check=False)
+
+
+def _check_metrics_moved(
+    before: dict[str, Samples], after: dict[str, Samples], *, nodes: int
+) -> None:
+    """The series an operator of RLix watches are served, and the job moved them."""
+    operator_before, operator = before["operator"], after["operator"]
+    # One admission more, observed in the queue-wait histogram; its two pods created.
+    assert _total(operator, "rlix_operator_admitted_total") >= (
+        _total(operator_before, "rlix_operator_admitted_total") + 1
+    )
+    assert _total(operator, "rlix_operator_queue_wait_seconds_count") >= (
+        _total(operator_before, "rlix_operator_queue_wait_seconds_count") + 1
+    )
+    assert _total(operator, "rlix_operator_pods_created_total") >= (
+        _total(operator_before, "rlix_operator_pods_created_total") + 2
+    )
+    for name in ("rlix_operator_admitted_jobs", "rlix_operator_queue_length"):
+        _total(operator, name)
+    assert _total(operator, "rlix_operator_leader") == 1, "the one replica leads"
+    # The extender's cache holds every node of the session (the real one and
+    # the kwok ones) and serves its request series. Whether the job's pods moved
+    # the request counter is not asserted: the operator pins each pod to its
+    # planned node, and in this run the installed scheduler bound them without
+    # an extender call the counter saw.
+    extender = after["extender"]
+    assert _total(extender, "rlix_extender_cache_nodes") == nodes
+    for name in ("rlix_extender_requests", "rlix_extender_request_seconds"):
+        assert name in extender, f"{name} not served; have {sorted(extender)}"
+    # The node agent: every advertised GPU's memory, and the per-pod series.
+    agent = after["node-agent"]
+    totals = agent["rlix_agent_gpu_memory_total_bytes"]
+    assert sorted(int(labels["gpu"]) for labels, _ in totals) == list(range(GPUS))
+    assert {labels["node"] for labels, _ in totals} == {realnode.NODE_NAME}
+    assert all(value == GPU_MIB * 2**20 for _, value in totals)
+    assert len(agent["rlix_agent_gpu_memory_used_bytes"]) == GPUS
+    assert len(agent["rlix_agent_gpu_idle"]) == GPUS
+    for name in ("rlix_agent_parked_bytes", "rlix_agent_pod_phase_seconds"):
+        assert name in agent, f"{name} not served; have {sorted(agent)}"
 
 
 def test_helm_upgrade_changes_a_value_and_uninstall_leaves_nothing(
@@ -331,6 +474,6 @@ def test_helm_upgrade_changes_a_value_and_uninstall_leaves_nothing(
     assert not left.split(), left
     left = dev.kubectl(
         "get", "rolebindings", "-n", "kube-system", "-l", RELEASE_LABEL, "-o", "name"
-    )
-    assert not left.stdout.split(), left.stdout
+    ).stdout
+    assert not left.split(), left
     assert not json.loads(helm(dev, "list", "--namespace", ns, "-o", "json"))

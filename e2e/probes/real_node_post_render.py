@@ -8,9 +8,12 @@ kube-proxy, and nothing else:
   the node's namespace holds and forwards to the API server
   (rlix.devcluster.netns_forward), and the API server's certificate carries
   that name (as in e2e/test_real_containers.py);
-- the extender's Service is headless, so the scheduler's
-  ``http://<extender>.<namespace>.svc`` resolves to the extender pods' own IPs
-  instead of a ClusterIP nothing would route.
+- the extender's and the operator's Services are headless, so the scheduler's
+  ``http://<extender>.<namespace>.svc`` and a scraper's
+  ``http://<operator>.<namespace>.svc:<metrics port>/metrics`` resolve to the
+  pods' own IPs instead of a ClusterIP nothing would route (the node agent's
+  Service is headless in the chart already, one endpoint per node). Their
+  ports equal their target ports, so the pod IP answers on the Service's port.
 
 Reads the rendered manifests on stdin, writes them on stdout (helm's contract).
 """
@@ -27,6 +30,9 @@ API_SERVER_ENV = [
     {"name": "KUBERNETES_SERVICE_PORT", "value": "443"},
 ]
 
+# The components whose Service gets a ClusterIP in the chart (see the docstring).
+HEADLESS = ("extender", "operator")
+
 
 def render(obj: dict[str, Any]) -> dict[str, Any]:
     kind = obj.get("kind")
@@ -34,7 +40,7 @@ def render(obj: dict[str, Any]) -> dict[str, Any]:
         for container in obj["spec"]["template"]["spec"]["containers"]:
             container["env"] = [*container.get("env", []), *API_SERVER_ENV]
     labels = obj.get("metadata", {}).get("labels", {})
-    if kind == "Service" and labels.get("app.kubernetes.io/component") == "extender":
+    if kind == "Service" and labels.get("app.kubernetes.io/component") in HEADLESS:
         obj["spec"]["clusterIP"] = "None"
     return obj
 

@@ -330,3 +330,14 @@ def test_the_agent_is_the_dra_driver_only_when_asked(
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "t-rlix-node-agent"
     ]
     assert any("resourceslices" in r["resources"] for r in role["rules"])
+
+
+def test_the_device_class_is_left_out_where_the_cluster_has_it(helm: Helm) -> None:
+    """Helm refuses to install over an object it does not own: the value skips it."""
+    result = helm(
+        "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "nodeAgent.dra.enabled=true", "--set", "nodeAgent.dra.createDeviceClass=false",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]
+    assert "DeviceClass" not in kinds and "DaemonSet" in kinds
