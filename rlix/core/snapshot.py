@@ -26,6 +26,34 @@ class GPU:
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    """A node taint that keeps pods off (effects NoSchedule and NoExecute)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod toleration, matched as kube-scheduler matches it."""
+
+    key: str = ""  # "" with operator Exists tolerates every taint
+    operator: str = "Equal"  # or "Exists"
+    value: str = ""
+    effect: str = ""  # "" tolerates every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     """A GPU node. ``gpus`` is empty until a node agent publishes live state."""
 
@@ -42,6 +70,11 @@ class Node:
     # memory: pods get pinned ResourceClaims and may share a GPU. False: whole
     # nvidia.com/gpu (a device plugin or another driver hands them out).
     claims: bool = False
+    # What kube-scheduler matches a pod's nodeSelector and tolerations against.
+    # Admission plans a gang onto one node and pins it there, so it must not
+    # pick a node the scheduler would refuse for these reasons.
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +97,10 @@ class Workload:
     gpu_indices: tuple[int, ...] = ()
     suspended: bool = False  # memory parked off the GPU; it must be able to return
     gang_size: int = 1  # pods of the job that must run together
+    # The pod's nodeSelector and tolerations (planned pods: from the role's
+    # template plus RLix's GPU toleration); what a node must match to be planned.
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
 
     @property
     def peak_memory_mib(self) -> int:
@@ -74,6 +111,19 @@ class Workload:
         if phase is None:
             return self.peak_memory_mib
         return self.memory_mib.get(phase, self.peak_memory_mib)
+
+    def refused_by(self, node: Node) -> str | None:
+        """Why kube-scheduler would keep this pod off ``node`` for its selector or
+        taints, or None (required node affinity beyond nodeSelector is not read)."""
+        labels = dict(node.labels)
+        for key, value in self.node_selector:
+            if labels.get(key) != value:
+                return f"node does not match the pod's nodeSelector {key}={value}"
+        for taint in node.taints:
+            if not any(t.tolerates(taint) for t in self.tolerations):
+                shown = f"{taint.key}={taint.value}" if taint.value else taint.key
+                return f"node has taint {shown}:{taint.effect} the pod does not tolerate"
+        return None
 
 
 @dataclass(frozen=True)

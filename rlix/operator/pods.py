@@ -12,8 +12,9 @@ import json
 from typing import Any
 
 from rlix.core import dra, names
+from rlix.core.objects.nodes import label_pairs, tolerations_of
 from rlix.core.rljob import RLJob, Role, RoleKind
-from rlix.core.snapshot import Workload
+from rlix.core.snapshot import Toleration, Workload
 from rlix.operator.peers import owner_reference, peer_env, service_name
 
 LABEL_INDEX = names.LABEL_REPLICA_INDEX
@@ -220,19 +221,33 @@ def build_pod(
     }
 
 
+def _placement_constraints(
+    job: RLJob, role: Role, index: int
+) -> tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...]]:
+    """The pod's nodeSelector and tolerations exactly as ``build_pod`` writes them
+    (the role's template plus RLix's GPU toleration), for admission to plan with."""
+    spec = build_pod(job, role, index, owner_uid="")["spec"]
+    return label_pairs(spec.get("nodeSelector")), tolerations_of(spec.get("tolerations"))
+
+
 def planned_workloads(job: RLJob) -> tuple[Workload, ...]:
     """The job's pods as the admission policy sees them before they exist."""
     size = gang_size(job)
-    return tuple(
-        Workload(
-            name=f"{job.namespace}/{name}",
-            job=job.key,
-            role=role.name,
-            gpus=role.gpus_per_replica,
-            memory_mib=role.gpu_memory.by_phase() if role.gpu_memory else {},
-            priority=job.spec.priority,
-            preemptible=preemptible(job, role),
-            gang_size=size,
+    out = []
+    for name, (role, index) in desired_pod_names(job).items():
+        selector, tolerations = _placement_constraints(job, role, index)
+        out.append(
+            Workload(
+                name=f"{job.namespace}/{name}",
+                job=job.key,
+                role=role.name,
+                gpus=role.gpus_per_replica,
+                memory_mib=role.gpu_memory.by_phase() if role.gpu_memory else {},
+                priority=job.spec.priority,
+                preemptible=preemptible(job, role),
+                gang_size=size,
+                node_selector=selector,
+                tolerations=tolerations,
+            )
         )
-        for name, (role, _) in desired_pod_names(job).items()
-    )
+    return tuple(out)

@@ -10,6 +10,7 @@ import yaml
 from rlix.core import names
 from rlix.core.phases import Phase
 from rlix.core.rljob import RLJob
+from rlix.core.snapshot import Taint, Toleration
 from rlix.operator.pods import (
     ANNOTATION_ADMITTED_NODE,
     build_pod,
@@ -102,7 +103,18 @@ def test_the_built_pod_reads_back_as_the_planned_workload() -> None:
         )
         assert seen.memory_mib == want.memory_mib
         assert seen.preemptible == want.preemptible and seen.gang_size == want.gang_size
+        assert (seen.node_selector, seen.tolerations) == (want.node_selector, want.tolerations)
     assert planned["team-a/ppo-llama-helpful-critic-0"].memory_mib[Phase.TRAINING] == 70000
+
+
+def test_planned_pods_carry_the_templates_selector_and_rlixs_gpu_toleration() -> None:
+    """Admission plans where kube-scheduler would bind (the plan is pinned)."""
+    job = grpo()
+    (first, *_) = planned_workloads(job)
+    assert first.node_selector == ((names.NODE_LABEL_GPU_PRODUCT, "NVIDIA-H100-80GB-HBM3"),)
+    gpu = Toleration(names.GPU_RESOURCE, "Exists", "", "NoSchedule")
+    assert gpu in first.tolerations
+    assert gpu.tolerates(Taint(names.GPU_RESOURCE, "present", "NoSchedule"))
 
 
 def grpo() -> RLJob:

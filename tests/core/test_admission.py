@@ -75,3 +75,36 @@ def test_spread_and_binpack_pick_opposite_nodes() -> None:
     assert spread.placements[0].node == "n0"
     assert pack.placements[0].node == "n1"
     assert pack.placements[0].gpus == (5, 6)
+
+
+def test_admission_plans_only_on_nodes_the_pods_selector_and_tolerations_allow() -> None:
+    """Admission pins a gang to its planned node, so it must plan where kube-scheduler
+    would bind: the role template's nodeSelector and tolerations decide, like taints."""
+    from dataclasses import replace
+
+    from rlix.core.snapshot import Taint, Toleration
+
+    real = Node(
+        "real", 8, 143_771, labels=(("pool", "real"),), taints=(Taint("real-node", "true"),)
+    )
+    nodes = [Node("kwok", 8, 143_771, labels=(("pool", "kwok"),)), real]
+    snap = ClusterSnapshot.of(nodes)
+    request = job("a", 1, 8)
+    picky = replace(request.pods[0], node_selector=(("pool", "real"),))
+    decision, _ = place_gang(snap, replace(request, pods=(picky,)), GANG_BINPACK)
+    assert not decision.admitted
+    assert "taint real-node=true:NoSchedule the pod does not tolerate" in decision.message
+    assert "nodeSelector pool=real" in decision.message
+
+    tolerant = replace(picky, tolerations=(Toleration("real-node", "Exists"),))
+    decision, _ = place_gang(snap, replace(request, pods=(tolerant,)), GANG_BINPACK)
+    assert decision.admitted and [p.node for p in decision.placements] == ["real"]
+
+    # A toleration of another key, or of another effect, does not help.
+    for wrong in (
+        Toleration("other", "Exists"),
+        Toleration("real-node", "Exists", "", "NoExecute"),
+    ):
+        member = replace(picky, tolerations=(wrong,))
+        decision, _ = place_gang(snap, replace(request, pods=(member,)), GANG_BINPACK)
+        assert not decision.admitted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -114,7 +115,7 @@ def test_a_node_reads_whole_and_bad_labels_degrade_alone() -> None:
         **{"rlix.io/gpus": '[{"index": 0, "memoryMiB": 1000, "usedMiB": 10, "utilization": 0.5}]'},
     ))  # fmt: skip
     assert good.errors == ()
-    assert good.node == Node(
+    assert dataclasses.replace(good.node, labels=()) == Node(
         name="n", gpu_count=2, gpu_memory_mib=1000, product="H200", nvlink_domain="rack",
         gpus=(GPU(index=0, memory_mib=1000, used_mib=10, utilization=0.5),),
     )  # fmt: skip
@@ -148,3 +149,23 @@ def test_any_values_give_a_reading_never_another_exception(
     for facts in (read_pod(obj), read_node(obj)):
         for error in facts.errors:
             assert isinstance(error, ObjectError) and error.where
+
+
+def test_node_reader_keeps_labels_and_the_taints_that_keep_pods_off() -> None:
+    from rlix.core.objects.nodes import read_node
+    from rlix.core.snapshot import Taint
+
+    body = {
+        "metadata": {"name": "n1", "labels": {"pool": "a", "bad": 7}},
+        "spec": {
+            "taints": [
+                {"key": "gpu", "value": "x", "effect": "NoSchedule"},
+                {"key": "soft", "effect": "PreferNoSchedule"},
+                {"key": 5, "effect": "NoExecute"},
+                "junk",
+            ]
+        },
+    }
+    node = read_node(body).node
+    assert node.labels == (("pool", "a"),)
+    assert node.taints == (Taint("gpu", "x", "NoSchedule"),)

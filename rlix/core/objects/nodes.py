@@ -20,7 +20,15 @@ from rlix.core import names
 from rlix.core.objects import facts as f
 from rlix.core.objects.bounds import ObjectError
 from rlix.core.objects.metadata import identity, part, strings
-from rlix.core.snapshot import Node
+from rlix.core.snapshot import Node, Taint, Toleration
+
+# The API server validates labels and taints (keys <= 317 characters, values <=
+# 63); these caps only keep a hostile body from costing more than a real node.
+MAX_LABELS = 512
+MAX_TAINTS = 64
+MAX_LABEL_CHARS = 512
+# Effects that keep a pod off a node (PreferNoSchedule only scores).
+KEEPS_OFF = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,5 +60,48 @@ def read_node(obj: object) -> NodeFacts:
         schedulable=not reading.get(f.NODE_UNSCHEDULABLE, part(obj, "spec").get("unschedulable")),
         gpus=reading.get(f.NODE_GPU_STATE, notes.get(names.ANNOTATION_NODE_GPUS)),
         claims=reading.get(f.NODE_GPU_CLAIMS, notes.get(names.ANNOTATION_NODE_GPU_CLAIMS)),
+        labels=label_pairs(labels),
+        taints=taints_of(part(obj, "spec").get("taints")),
     )
     return NodeFacts(node=node, errors=tuple(reading.errors))
+
+
+def _short(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_LABEL_CHARS
+
+
+def label_pairs(labels: object) -> tuple[tuple[str, str], ...]:
+    """A node's (or a pod's nodeSelector's) string pairs, sorted; others skipped."""
+    if not isinstance(labels, dict):
+        return ()
+    pairs = [(k, v) for k, v in list(labels.items())[:MAX_LABELS] if _short(k) and _short(v)]
+    return tuple(sorted(pairs))
+
+
+def taints_of(raw: object) -> tuple[Taint, ...]:
+    """The taints that keep pods off (NoSchedule, NoExecute); malformed ones skipped."""
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for item in raw[:MAX_TAINTS]:
+        if not isinstance(item, dict):
+            continue
+        key, value, effect = item.get("key"), item.get("value", ""), item.get("effect")
+        if _short(key) and _short(value) and effect in KEEPS_OFF:
+            out.append(Taint(key=str(key), value=str(value), effect=str(effect)))
+    return tuple(out)
+
+
+def tolerations_of(raw: object) -> tuple[Toleration, ...]:
+    """A pod spec's tolerations (malformed ones skipped: they tolerate nothing)."""
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for item in raw[:MAX_TAINTS]:
+        if not isinstance(item, dict):
+            continue
+        fields = [item.get(k) or "" for k in ("key", "operator", "value", "effect")]
+        if all(_short(v) for v in fields):
+            key, operator, value, effect = (str(v) for v in fields)
+            out.append(Toleration(key, operator or "Equal", value, effect))
+    return tuple(out)

@@ -18,6 +18,7 @@ from rlix.core import names
 from rlix.core.objects import facts as f
 from rlix.core.objects.bounds import ObjectError
 from rlix.core.objects.metadata import identity, part, strings, uid
+from rlix.core.objects.nodes import label_pairs, tolerations_of
 from rlix.core.snapshot import Workload
 
 _FINISHED = ("Succeeded", "Failed")
@@ -88,6 +89,8 @@ def read_pod(obj: object) -> PodFacts:
         gpu_indices=reading.get(f.POD_GPU_INDICES, notes.get(names.ANNOTATION_GPU_INDICES)),
         suspended=reading.get(f.POD_SUSPENDED, notes.get(names.ANNOTATION_SUSPENDED)),
         gang_size=reading.get(f.POD_GANG_SIZE, notes.get(names.ANNOTATION_GANG_SIZE)),
+        node_selector=label_pairs(spec.get("nodeSelector")),
+        tolerations=tolerations_of(spec.get("tolerations")),
     )
     return PodFacts(
         workload=workload,

@@ -94,6 +94,12 @@ def place_pod(
 ) -> tuple[PodPlacement | None, str]:
     """Filter, score and pick the best node for one pod; (None, reason) if none fits."""
     verdicts = dict(policy.filter(snapshot, pod))
+    # kube-scheduler's own node predicates, whatever the policy: the plan is
+    # pinned (required node affinity), so a node it would refuse is no plan.
+    for name, reason in list(verdicts.items()):
+        node = snapshot.nodes.get(name)
+        if reason is None and node is not None:
+            verdicts[name] = pod.refused_by(node)
     feasible = [name for name, reason in verdicts.items() if reason is None]
     if not feasible:
         return None, summarize_reasons(verdicts)

@@ -48,6 +48,9 @@ def unresolvable(load: NodeLoad, pod: Workload) -> str | None:
     node = load.node
     if not node.schedulable:
         return "node is cordoned"
+    refused = pod.refused_by(node)
+    if refused is not None:
+        return refused
     if not load.gpus:
         return "node has no GPUs (no nvidia.com/gpu.count label or agent GPU state)"
     if len(load.gpus) < pod.gpus:
@@ -111,7 +114,7 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     demands: dict[int, int] = {}  # capacity -> demand; computed once per GPU size
     for name in dict.fromkeys(node_names):
         load = view.load(name)
-        if load is not None and load.node.schedulable:
+        if load is not None and load.node.schedulable and pod.refused_by(load.node) is None:
             # Fast path for the common verdict: enough GPUs can hold the pod.
             cap = load.capacity_mib
             demand = demands.get(cap)
