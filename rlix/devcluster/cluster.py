@@ -433,6 +433,10 @@ class DevCluster:
         )
 
 
+# Longer than any cluster takes to create (kwokctl waits at most 180 s).
+UNOWNED_GRACE_S = 900.0
+
+
 def reap_stale_clusters(
     workdir: Path, bin_dir: Path, *, prefix: str, log: Log = _stderr_log
 ) -> int:
@@ -451,6 +455,13 @@ def reap_stale_clusters(
         cluster = DevCluster(ClusterOptions(name=entry.name, workdir=workdir), bin_dir, log=log)
         owner = cluster._read_state().owner_pid
         if owner > 0 and processes.pid_alive(owner):
+            continue
+        # No owner yet: a session writes it only once kwokctl has created the
+        # cluster, so a young directory may be another live session's cluster
+        # being created (reaping it killed that session's etcd and API server).
+        age = time.time() - entry.stat().st_mtime
+        if owner <= 0 and age < UNOWNED_GRACE_S:
+            log(f"leaving cluster {entry.name!r}: no owner recorded yet, changed {age:.0f}s ago")
             continue
         log(f"reaping stale cluster {entry.name!r} (owner pid {owner or 'unknown'} is gone)")
         cluster.down()

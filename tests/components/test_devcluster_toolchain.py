@@ -26,3 +26,17 @@ def test_a_line_that_is_not_key_value_names_the_file_and_line(tmp_path: Path) ->
     (tmp_path / "hack" / "versions.env").write_text("# comment\nK8S_VERSION=1.37.2\nexport X\n")
     with pytest.raises(ValueError, match=r"versions.env:3: expected KEY=VALUE"):
         versions(tmp_path)
+
+
+def test_a_young_cluster_without_an_owner_is_not_reaped(tmp_path: Path) -> None:
+    """Another session may be creating it: its owner is written after kwokctl is done."""
+    from rlix.devcluster.cluster import reap_stale_clusters
+
+    being_created = tmp_path / "clusters" / "rlix-e2e-1"
+    being_created.mkdir(parents=True)
+    said: list[str] = []
+    assert (
+        reap_stale_clusters(tmp_path, tmp_path / "no-bin", prefix="rlix-e2e-", log=said.append) == 0
+    )
+    assert being_created.is_dir()
+    assert said and "no owner recorded yet" in said[0]
