@@ -64,7 +64,15 @@ def job(name: str, *, gpus: int, replicas: int = 1, priority: int = 0, created: 
 
 def test_node_body_becomes_a_snapshot_node() -> None:
     assert node_from_body(node("a")) == Node(
-        "a", gpu_count=8, gpu_memory_mib=81920, product="NVIDIA-H100-80GB-HBM3"
+        "a",
+        gpu_count=8,
+        gpu_memory_mib=81920,
+        product="NVIDIA-H100-80GB-HBM3",
+        # Kept for admission's nodeSelector check (the plan is pinned).
+        labels=(
+            ("nvidia.com/gpu.memory", "81920"),
+            ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+        ),
     )
     assert not node_from_body(node("b", unschedulable=True)).schedulable
 
