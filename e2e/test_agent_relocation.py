@@ -129,6 +129,12 @@ def sample(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+def _scrape_once(agent: AgentProcess, series: str, pod: dict[str, str], phase: str) -> str | None:
+    """The agent's /metrics text once ``series`` is 1 for ``pod`` in ``phase``, else None."""
+    text = agent.metrics()
+    return text if sample(text, series, **pod, phase=phase) == 1.0 else None
+
+
 def test_agent_metrics_follow_phases_suspensions_and_parked_bytes(
     cluster: Cluster, namespace: str, placed_pod: tuple[str, str, str], node_agent: AgentProcess
 ) -> None:
@@ -147,8 +153,12 @@ def test_agent_metrics_follow_phases_suspensions_and_parked_bytes(
     try:
         wait_connected(node_agent, trainer.proc.pid, uid=uid)
         assert trainer.ask("phase rollout")["event"] == "in-phase"
-        rollout = node_agent.metrics()
-        assert sample(rollout, "rlix_agent_pod_phase", **pod, phase="rollout") == 1.0
+        # The client reports a phase without waiting for the agent to record it
+        # (a phase switch must not block training), so the series follows shortly.
+        rollout = wait_for(
+            "the rollout phase in the agent's metrics",
+            lambda: _scrape_once(node_agent, "rlix_agent_pod_phase", pod, "rollout"),
+        )
         assert sample(rollout, "rlix_agent_suspensions_total", reason="preemption") is None
 
         args = ["--reason", "preemption"]
@@ -175,8 +185,10 @@ def test_agent_metrics_follow_phases_suspensions_and_parked_bytes(
         assert sample(resumed, "rlix_agent_parked_bytes", **pod) is None
 
         assert trainer.ask("phase training")["event"] == "in-phase"
-        training = node_agent.metrics()
-        assert sample(training, "rlix_agent_pod_phase", **pod, phase="training") == 1.0
+        training = wait_for(
+            "the training phase in the agent's metrics",
+            lambda: _scrape_once(node_agent, "rlix_agent_pod_phase", pod, "training"),
+        )
         assert sample(training, "rlix_agent_pod_phase", **pod, phase="rollout") is None
         spent = sample(training, "rlix_agent_pod_phase_seconds_total", **pod, phase="rollout")
         assert spent is not None and spent > 0
