@@ -45,6 +45,8 @@ from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 log = logging.getLogger("rlix.operator")
 
 DEFAULT_LEASE = "rlix-operator"
+RELEASE_TIMEOUT_S = 3.0
+RELEASE_ATTEMPTS = 3
 
 
 def default_identity() -> str:
@@ -99,21 +101,27 @@ class _BoundedCalls:
         self._api = client.CoordinationV1Api(api)
         self._timeout_s = timeout_s
         self._stopped = stopped
+        # Held for the length of each call: a release takes it after setting
+        # ``stopped``, so a renewal already in flight lands before the release
+        # reads the Lease (else the release's write conflicts and the Lease
+        # stays held until it expires).
+        self.in_flight = threading.Lock()
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         method = getattr(self._api, name)
 
         @functools.wraps(method)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if self._stopped.is_set():
-                # After a release no renewal may re-take the Lease.
-                raise ApiException(status=0, reason="leader election stopped")
-            try:
-                return method(*args, _request_timeout=self._timeout_s, **kwargs)
-            except ApiException:
-                raise
-            except Exception as exc:  # urllib3 timeouts, refused connections
-                raise ApiException(status=0, reason=f"{type(exc).__name__}: {exc}") from exc
+            with self.in_flight:
+                if self._stopped.is_set():
+                    # After a release no renewal may re-take the Lease.
+                    raise ApiException(status=0, reason="leader election stopped")
+                try:
+                    return method(*args, _request_timeout=self._timeout_s, **kwargs)
+                except ApiException:
+                    raise
+                except Exception as exc:  # urllib3 timeouts, refused connections
+                    raise ApiException(status=0, reason=f"{type(exc).__name__}: {exc}") from exc
 
         return call
 
@@ -135,9 +143,8 @@ class Leadership:
         self.leading = asyncio.Event()
         self.is_leader = False
         lock = LeaseLock(settings.name, settings.namespace, settings.identity)  # type: ignore[no-untyped-call]
-        lock.api_instance = _BoundedCalls(  # type: ignore[assignment]
-            api, settings.request_timeout_s, self._stopped
-        )
+        self._calls = _BoundedCalls(api, settings.request_timeout_s, self._stopped)
+        lock.api_instance = self._calls  # type: ignore[assignment]
         self._lock = lock
 
     def start(self) -> None:
@@ -192,30 +199,36 @@ class Leadership:
         """On shutdown: stop renewing and clear the holder, so a standby need not wait.
 
         Fenced on the resourceVersion read: a Lease someone else took meanwhile
-        is left alone.
+        is left alone. A renewal in flight is waited for first, and a conflict
+        re-read, so the release does not lose a race with our own renewal.
         """
         self._stopped.set()
-        if not self.is_leader:
-            return
-        self.is_leader = False
-        api = client.CoordinationV1Api(self._api)
-        timeout = self.settings.request_timeout_s
-        try:
-            lease = api.read_namespaced_lease(
-                self.settings.name, self.settings.namespace, _request_timeout=timeout
-            )
-            if lease.spec is None or lease.spec.holder_identity != self.settings.identity:
+        with self._calls.in_flight:  # no renewal runs from here on
+            if not self.is_leader:
                 return
-            lease.spec.holder_identity = None
-            # A standby reads an empty holder as free at once; the renew time
-            # says when it was let go.
-            lease.spec.renew_time = datetime.now(UTC)
-            api.replace_namespaced_lease(
-                self.settings.name, self.settings.namespace, lease, _request_timeout=timeout
-            )
-            log.warning("released Lease %s/%s", self.settings.namespace, self.settings.name)
-        except Exception as exc:  # shutting down: the lease simply expires
-            log.warning("could not release Lease %s: %s", self.settings.name, exc)
+            self.is_leader = False
+        api = client.CoordinationV1Api(self._api)
+        # Not the renewal's tight bound: shutting down, a slow answer is still
+        # worth waiting for (the process's grace period is the limit).
+        timeout = max(RELEASE_TIMEOUT_S, self.settings.request_timeout_s)
+        for _ in range(RELEASE_ATTEMPTS):
+            try:
+                lease = api.read_namespaced_lease(
+                    self.settings.name, self.settings.namespace, _request_timeout=timeout
+                )
+                if lease.spec is None or lease.spec.holder_identity != self.settings.identity:
+                    return
+                lease.spec.holder_identity = None
+                # A standby reads an empty holder as free at once; the renew
+                # time says when it was let go.
+                lease.spec.renew_time = datetime.now(UTC)
+                api.replace_namespaced_lease(
+                    self.settings.name, self.settings.namespace, lease, _request_timeout=timeout
+                )
+                log.warning("released Lease %s/%s", self.settings.namespace, self.settings.name)
+                return
+            except Exception as exc:  # shutting down: at worst the lease simply expires
+                log.warning("could not release Lease %s: %s", self.settings.name, exc)
 
 
 def _exit_lost() -> None:

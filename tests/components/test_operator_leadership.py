@@ -65,3 +65,32 @@ def test_lease_calls_fail_as_the_retryable_api_exception_never_as_a_transport_er
     stopped.set()  # after a release no renewal may re-take the Lease
     with pytest.raises(ApiException, match="stopped"):
         calls.read_namespaced_lease("rlix-operator", "default")
+
+
+def test_a_release_waits_for_a_renewal_in_flight_and_no_renewal_runs_after_it() -> None:
+    """Seen in CI: a renewal landing between the release's read and write kept the Lease held."""
+    import threading
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from rlix.operator import leadership
+
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:9"  # discard port: every call is refused at once
+    configuration.retries = 0
+    lead = leadership.Leadership(
+        ElectionSettings(namespace="x"), client.ApiClient(configuration), on_lost=lambda: None
+    )
+    lead.is_leader = True
+    calls = lead._calls
+    calls.in_flight.acquire()  # a renewal is on the wire
+    releasing = threading.Thread(target=lead.release)
+    releasing.start()
+    releasing.join(0.3)
+    assert releasing.is_alive() and lead.is_leader  # the release waits for it
+    calls.in_flight.release()
+    releasing.join(30)
+    assert not releasing.is_alive() and not lead.is_leader
+    with pytest.raises(ApiException, match="stopped"):
+        calls.read_namespaced_lease("rlix-operator", "x")
