@@ -234,8 +234,13 @@ def planned_workloads(job: RLJob) -> tuple[Workload, ...]:
     """The job's pods as the admission policy sees them before they exist."""
     size = gang_size(job)
     out = []
+    # A role's replicas share its template's placement; building one pod per
+    # role (not per replica) keeps an admission pass cheap for wide gangs.
+    constraints: dict[str, tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...]]] = {}
     for name, (role, index) in desired_pod_names(job).items():
-        selector, tolerations = _placement_constraints(job, role, index)
+        if role.name not in constraints:
+            constraints[role.name] = _placement_constraints(job, role, index)
+        selector, tolerations = constraints[role.name]
         out.append(
             Workload(
                 name=f"{job.namespace}/{name}",
