@@ -93,3 +93,44 @@ def events_for(cluster: Kubectl, namespace: str, name: str) -> list[dict[str, An
         cluster, "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
     )["items"]
     return items
+
+
+def rljob_manifest(name: str, *roles: dict[str, Any]) -> dict[str, Any]:
+    """A GRPO RLJob named ``name`` with ``roles``."""
+    return {
+        "apiVersion": "rlix.io/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
+        "spec": {"algorithm": "GRPO", "roles": list(roles)},
+    }
+
+
+def trainer_role(*, replicas: int = 1, gpus: int = 1, mib: int = 10000) -> dict[str, Any]:
+    """The ``policy`` trainer role: ``replicas`` pods of ``gpus`` GPUs, ``mib`` each in training."""
+    return {
+        "name": "policy",
+        "kind": "trainer",
+        "replicas": replicas,
+        "gpusPerReplica": gpus,
+        "image": "example.com/trainer:1",
+        "gpuMemoryMiB": {"training": mib},
+    }
+
+
+def forbid_pods(cluster: Kubectl, namespace: str) -> None:
+    """A ResourceQuota of 0 pods: admitted jobs stay admitted, no pod of theirs exists."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    apply(cluster, namespace, quota)
+    wait_for(
+        "the quota is enforced",
+        lambda: (
+            get_json(cluster, "resourcequota", "no-pods", "-n", namespace)
+            .get("status", {})
+            .get("hard")
+        ),
+    )

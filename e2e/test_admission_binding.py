@@ -26,7 +26,15 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, running_operator
 from e2e.extender_stand import ExtenderStand, score_none
-from e2e.kube import apply, events_for, get_json, wait_for
+from e2e.kube import (
+    apply,
+    events_for,
+    forbid_pods,
+    get_json,
+    rljob_manifest,
+    trainer_role,
+    wait_for,
+)
 from e2e.kube import rljob_condition as condition
 from e2e.kube import rljob_state as state
 from rlix.core import names
@@ -62,20 +70,7 @@ def elsewhere(pod: dict[str, Any], nodes: list[str]) -> dict[str, int]:
 
 def rljob(name: str, replicas: int) -> dict[str, Any]:
     """``replicas`` pods of a whole node each (8 GPUs at 60000 of 81920 MiB)."""
-    trainer = {
-        "name": "policy",
-        "kind": "trainer",
-        "replicas": replicas,
-        "gpusPerReplica": GPUS,
-        "image": "example.com/trainer:1",
-        "gpuMemoryMiB": {"training": 60000},
-    }
-    return {
-        "apiVersion": "rlix.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"algorithm": "GRPO", "roles": [trainer]},
-    }
+    return rljob_manifest(name, trainer_role(replicas=replicas, gpus=GPUS, mib=60000))
 
 
 def promised_per_node(cluster: Any) -> Counter[str]:
@@ -86,24 +81,6 @@ def promised_per_node(cluster: Any) -> Counter[str]:
         for node, gpus in entry["pods"].values():
             out[node] += len(gpus)
     return out
-
-
-def forbid_pods(cluster: Any, namespace: str) -> None:
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-pods"},
-        "spec": {"hard": {"pods": "0"}},
-    }
-    apply(cluster, namespace, quota)
-    wait_for(
-        "the quota is enforced",
-        lambda: (
-            get_json(cluster, "resourcequota", "no-pods", "-n", namespace)
-            .get("status", {})
-            .get("hard")
-        ),
-    )
 
 
 @pytest.fixture

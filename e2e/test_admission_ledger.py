@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import CRD
-from e2e.kube import apply, get_json
+from e2e.kube import apply, get_json, rljob_manifest, trainer_role
 from rlix.operator.admitting import Admitter
 from rlix.operator.kube import Kube, api_client
 from rlix.operator.ledger import Ledger
@@ -34,20 +34,7 @@ NODES, GPUS = 4, 8
 
 def whole_cluster(name: str) -> dict[str, Any]:
     """Every GPU at 60000 of 81920 MiB: two of these can never run together."""
-    trainer = {
-        "name": "policy",
-        "kind": "trainer",
-        "replicas": NODES,
-        "gpusPerReplica": GPUS,
-        "image": "example.com/trainer:1",
-        "gpuMemoryMiB": {"training": 60000},
-    }
-    return {
-        "apiVersion": "rlix.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"algorithm": "GRPO", "roles": [trainer]},
-    }
+    return rljob_manifest(name, trainer_role(replicas=NODES, gpus=GPUS, mib=60000))
 
 
 class GatedKube(Kube):

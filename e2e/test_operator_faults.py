@@ -17,18 +17,21 @@ from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import (
     apply,
     events_for,
+    forbid_pods,
     get_json,
     wait_for,
 )
 from e2e.kube import (
     rljob_condition as condition,
 )
+from e2e.kube import rljob_manifest as rljob
 from e2e.kube import (
     rljob_state as state,
 )
 from e2e.kube import (
     rljob_status as status,
 )
+from e2e.kube import trainer_role as trainer
 from rlix.core import names
 
 # The e2e cluster: 4 nodes x 8 GPUs x 81920 MiB, 110 pod slots each.
@@ -38,26 +41,6 @@ NODES, GPUS = 4, 8
 @pytest.fixture(scope="module")
 def operator(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     yield from operator_with_extender(cluster, tmp_path_factory.mktemp("operator"))
-
-
-def rljob(name: str, *roles: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "rlix.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"algorithm": "GRPO", "roles": list(roles)},
-    }
-
-
-def trainer(*, replicas: int = 1, gpus: int = 1, mib: int = 10000) -> dict[str, Any]:
-    return {
-        "name": "policy",
-        "kind": "trainer",
-        "replicas": replicas,
-        "gpusPerReplica": gpus,
-        "image": "example.com/trainer:1",
-        "gpuMemoryMiB": {"training": mib},
-    }
 
 
 def whole_cluster(name: str) -> dict[str, Any]:
@@ -71,25 +54,6 @@ def job_pods(cluster: Any, namespace: str, job: str) -> list[dict[str, Any]]:
         "items"
     ]
     return items
-
-
-def forbid_pods(cluster: Any, namespace: str) -> None:
-    """A ResourceQuota of 0 pods: admitted jobs stay admitted, no pod of theirs exists."""
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-pods"},
-        "spec": {"hard": {"pods": "0"}},
-    }
-    apply(cluster, namespace, quota)
-    wait_for(
-        "the quota is enforced",
-        lambda: (
-            get_json(cluster, "resourcequota", "no-pods", "-n", namespace)
-            .get("status", {})
-            .get("hard")
-        ),
-    )
 
 
 def test_gang_with_more_pods_than_the_cluster_has_slots_is_held_naming_the_field(

@@ -22,7 +22,7 @@ import pytest
 
 from e2e._extender_process import ExtenderProcess
 from e2e._operator_process import CRD, OperatorProcess
-from e2e.kube import apply, get_json, rljob_state, wait_for
+from e2e.kube import apply, get_json, rljob_manifest, rljob_state, trainer_role, wait_for
 from rlix.core import names
 from rlix.operator import ledger
 
@@ -33,19 +33,7 @@ SCHEDULER = "rlix-scheduler"
 
 
 def one_node_job(name: str) -> dict[str, Any]:
-    trainer = {
-        "name": "policy",
-        "kind": "trainer",
-        "gpusPerReplica": GPUS,
-        "image": "example.com/trainer:1",
-        "gpuMemoryMiB": {"training": 60000},
-    }
-    return {
-        "apiVersion": "rlix.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"algorithm": "GRPO", "roles": [trainer]},
-    }
+    return rljob_manifest(name, trainer_role(gpus=GPUS, mib=60000))
 
 
 class PodWatch:

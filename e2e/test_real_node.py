@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.kube import apply, get_json, wait_for
+from e2e.probe_session import start_probe_session
 from e2e.realnode_pods import real_pod
-from rlix.devcluster import processes, realnode
+from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster, default_workdir, reap_stale_clusters
 from rlix.devcluster.toolchain import bin_dir
 
@@ -184,30 +183,9 @@ def test_a_sigkilled_session_leaves_its_real_node_to_the_next_reaper(tmp_path: P
     """No teardown runs in a session killed with SIGKILL; its containerd, kubelet,
     shims and containers live on (their own sessions and cgroup). The next
     session's reaper must remove all of it, knowing only the cluster's name."""
-    out = tmp_path / "probe.json"
-    env = {**os.environ, "RLIX_PROBE_OUT": str(out)}
-    env.pop("KUBECONFIG", None)
-    log = tmp_path / "probe.log"
-    with log.open("wb") as sink:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "pytest", str(PROBE), "-q", "-p", "no:cacheprovider"],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        info = json.loads(
-            wait_for(
-                "the probe session's real node to run a container",
-                lambda: out.is_file() and out.read_text(),
-                timeout_s=400,
-            )
-        )
-    except AssertionError as exc:
-        processes.stop_process_group(child.pid)
-        child.wait(timeout=60)
-        raise AssertionError(f"{exc}\n--- probe ---\n{log.read_text()[-3000:]}") from None
+    child, info = start_probe_session(
+        PROBE, tmp_path, what="the probe session's real node to run a container", timeout_s=400
+    )
     name, cluster_dir = info["name"], Path(info["dir"])
     os.killpg(child.pid, signal.SIGKILL)
     child.wait(timeout=30)

@@ -7,11 +7,9 @@ process of that cluster may run and its API server port must be free.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 import yaml
 
 from e2e.kube import wait_for
+from e2e.probe_session import start_probe_session
 from rlix.devcluster import processes
 from rlix.devcluster.cluster import default_workdir, reap_stale_clusters
 from rlix.devcluster.toolchain import bin_dir
@@ -48,37 +47,16 @@ def _api_port(cluster_dir: str) -> int:
 
 
 def _start_probe(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[bytes], dict[str, str], int]:
-    out = tmp_path / "probe.json"
-    env = {**os.environ, "RLIX_PROBE_OUT": str(out), "RLIX_PROBE_MODE": mode}
-    env.pop("KUBECONFIG", None)
-    log = tmp_path / "probe.log"
-    with log.open("wb") as sink:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "pytest", str(PROBE), "-q", "-p", "no:cacheprovider"],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        info: dict[str, str] = json.loads(
-            wait_for(
-                "probe session to start its cluster",
-                lambda: out.is_file() and out.read_text(),
-                timeout_s=180,
-            )
-        )
-    except AssertionError as exc:
-        # Never leave the probe (and the cluster it may be starting) behind, and
-        # show what it printed: a slow start on a loaded machine reads differently
-        # from a crash.
-        processes.stop_process_group(child.pid)
-        child.wait(timeout=30)
-        tail = log.read_text(errors="replace")[-3000:]
-        raise AssertionError(f"{exc}\n--- probe session output ---\n{tail}") from None
+    child, info = start_probe_session(
+        PROBE,
+        tmp_path,
+        what="probe session to start its cluster",
+        timeout_s=180,
+        env={"RLIX_PROBE_MODE": mode},
+    )
     port = _api_port(info["dir"])
     assert _cluster_pids(info["dir"]), "the probe's cluster should be running"
-    out.with_suffix(".go").touch()  # let the probe go on (to fail, or to wait)
+    (tmp_path / "probe.go").touch()  # let the probe go on (to fail, or to wait)
     return child, info, port
 
 
