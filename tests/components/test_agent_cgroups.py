@@ -12,6 +12,14 @@ UID = "0f1e2d3c-4b5a-6978-8a9b-acbdcedf0011"
 UID_US = UID.replace("-", "_")
 OTHER = "11111111-2222-3333-4444-555555555555"
 
+
+def _v1_lines(path: str) -> str:
+    """/proc/PID/cgroup of the real node (cgroup v1 controllers plus the unified "0::" line)."""
+    controllers = ("name=systemd", "pids", "blkio", "freezer", "devices", "memory", "cpuset")
+    controllers += ("cpuacct", "cpu", "")
+    return "".join(f"{9 - n}:{c}:{path}\n" for n, c in enumerate(controllers))
+
+
 CASES = [
     # cgroup v2, systemd driver (containerd), burstable
     (
@@ -51,24 +59,9 @@ CASES = [
     # unified hierarchy both mounted, so a v2 "0::" line agrees with the v1 ones.
     (
         "real-node-burstable",
-        "9:name=systemd:/rlix-node-eacf75e4/kubepods/burstable/"
-        "pod360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0/"
-        "71a79870f4d85b67e5d07646cab26e8cc79c9ab0f0384dbd8f2ac8bb2523c4be\n"
-        + "".join(
-            f"{n}:{c}:/rlix-node-eacf75e4/kubepods/burstable/"
-            "pod360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0/"
-            "71a79870f4d85b67e5d07646cab26e8cc79c9ab0f0384dbd8f2ac8bb2523c4be\n"
-            for n, c in (
-                (8, "pids"),
-                (7, "blkio"),
-                (6, "freezer"),
-                (5, "devices"),
-                (4, "memory"),
-                (3, "cpuset"),
-                (2, "cpuacct"),
-                (1, "cpu"),
-                (0, ""),
-            )
+        _v1_lines(
+            "/rlix-node-eacf75e4/kubepods/burstable/pod360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0/"
+            "71a79870f4d85b67e5d07646cab26e8cc79c9ab0f0384dbd8f2ac8bb2523c4be"
         ),
         "360dae0b-f5d1-4bfa-bf78-fcbbfad4c0d0",
     ),
@@ -76,22 +69,9 @@ CASES = [
     # do not count for QoS): the besteffort level. Copied from a test_real_containers run.
     (
         "real-node-besteffort",
-        "".join(
-            f"{n}:{c}:/rlix-node-c9157cd6/kubepods/besteffort/"
-            "pod4e9f603c-d7e9-4699-b159-d5f43389e5a2/"
-            "b439aaeb4e1a4b19e17ab32de39e87e1a743f9c03e2eb3b42f9c53462ef76dee\n"
-            for n, c in (
-                (9, "name=systemd"),
-                (8, "pids"),
-                (7, "blkio"),
-                (6, "freezer"),
-                (5, "devices"),
-                (4, "memory"),
-                (3, "cpuset"),
-                (2, "cpuacct"),
-                (1, "cpu"),
-                (0, ""),
-            )
+        _v1_lines(
+            "/rlix-node-c9157cd6/kubepods/besteffort/pod4e9f603c-d7e9-4699-b159-d5f43389e5a2/"
+            "b439aaeb4e1a4b19e17ab32de39e87e1a743f9c03e2eb3b42f9c53462ef76dee"
         ),
         "4e9f603c-d7e9-4699-b159-d5f43389e5a2",
     ),
