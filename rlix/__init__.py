@@ -19,7 +19,9 @@ a no-op, so the same script runs outside RLix unchanged.
 
 from rlix.client.api import (
     agent_connected,
+    cap_torch_memory,
     configure,
+    memory_budget_mib,
     phase,
     register_engine,
     register_offload,
@@ -36,7 +38,9 @@ __all__ = [
     "Phase",
     "__version__",
     "agent_connected",
+    "cap_torch_memory",
     "configure",
+    "memory_budget_mib",
     "phase",
     "register_engine",
     "register_offload",

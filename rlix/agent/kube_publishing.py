@@ -7,14 +7,20 @@ the agent needs RBAC ``patch`` on nodes and pods and ``list`` on pods.
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from rlix.agent.conducting import NodePod
 from rlix.agent.identities import PodIdentity
+from rlix.agent.overruns import Overrun
 from rlix.agent.publishing import Annotations, ObjectGoneError
 from rlix.core.dra import API_VERSION
+
+log = logging.getLogger(__name__)
 
 
 class KubePublisher:
@@ -81,6 +87,54 @@ class KubeNodePods:
             )
             for p in pods.items
         ]
+
+
+class KubeOverrunEvents:
+    """Overruns as core/v1 Events on the pod (``kubectl describe pod`` lists them)."""
+
+    COMPONENT = "rlix-node-agent"
+
+    def __init__(self, api: Any, *, node: str) -> None:
+        """``api`` is a ``kubernetes.client.CoreV1Api``."""
+        self._api = api
+        self._node = node
+        self._serial = itertools.count()
+
+    def post(self, overrun: Overrun, *, kind: str, reason: str, message: str) -> None:
+        now = datetime.now(UTC)
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {
+                "name": f"{overrun.name}.{int(now.timestamp() * 1e6):x}{next(self._serial)}",
+                "namespace": overrun.namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": overrun.name,
+                "namespace": overrun.namespace,
+                "uid": overrun.uid,
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self.COMPONENT, "host": self._node},
+            "reportingComponent": self.COMPONENT,
+            "reportingInstance": self._node,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self._api.create_namespaced_event(overrun.namespace, body)
+        except Exception as exc:  # an event is a courtesy: the metric still counts it
+            log.warning(
+                "event %s on pod %s/%s not recorded: %s",
+                reason,
+                overrun.namespace,
+                overrun.name,
+                exc,
+            )
 
 
 def core_v1_api(kubeconfig: str | None) -> Any:

@@ -194,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not publish the GPUs as gpu.rlix.io DRA devices: the node keeps "
         "whole GPUs from another driver or device plugin (NVIDIA's)",
     )
+    p.add_argument(
+        "--overrun-interval",
+        type=float,
+        default=5.0,
+        help="seconds between comparisons of what each pod holds on each GPU with its "
+        "budget (rlix.io/gpu-memory-mib at its peak phase); an overrun is reported "
+        "as a GPUMemoryOverrun event on the pod and in rlix_agent_memory_overruns; "
+        "0: off; kube mode only (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -236,6 +245,39 @@ def _start_conducting(
     )
     stop = threading.Event()
     threading.Thread(target=conducting.run, args=(stop, args.conduct_interval), daemon=True).start()
+
+
+def _start_overrun_watch(
+    args: argparse.Namespace,
+    api: object,
+    backend: GpuBackend,
+    metrics: AgentMetrics,
+    stop: threading.Event,
+) -> None:
+    """Compare what each pod holds on each GPU with its declared budget (docs/dra.md)."""
+    from rlix.agent.cgroups import CgroupError, pod_uid_of_pid
+    from rlix.agent.kube_publishing import KubeNodePods, KubeOverrunEvents
+    from rlix.agent.overruns import OverrunReports, OverrunWatch
+
+    def pod_of_pid(pid: int) -> str | None:
+        try:
+            return pod_uid_of_pid(pid, proc_root=args.proc_root)
+        except CgroupError:
+            return None  # exited since NVML listed it
+
+    watch = OverrunWatch(
+        processes=backend.processes,
+        pod_of_pid=pod_of_pid,
+        pods=KubeNodePods(api, node=args.node_name),
+        reporter=OverrunReports(
+            node=args.node_name,
+            events=KubeOverrunEvents(api, node=args.node_name),
+            metrics=metrics,
+        ),
+    )
+    threading.Thread(
+        target=watch.run, args=(stop, args.overrun_interval), name="rlix-overruns", daemon=True
+    ).start()
 
 
 def _gpu_backend(args: argparse.Namespace) -> tuple[GpuBackend, Checkpointer, DeviceRelocator]:
@@ -356,6 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if api is not None:
         _start_conducting(args, api, preemption, publisher, now)
+        if args.overrun_interval > 0:
+            _start_overrun_watch(args, api, backend, metrics, server.stopped)
     server.serve_forever()
     publisher.flush(timeout=5)
     publisher.stop()

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -99,6 +99,19 @@ class AgentMetrics:
             "Time to suspend a pod (until every process parked), by reason and target",
             ["node", "reason", "target"],
             buckets=SUSPEND_BUCKETS,
+            registry=self.registry,
+        )
+        self.memory_overruns = Counter(
+            "rlix_agent_memory_overruns",
+            "Times a pod's processes started holding more device memory on a GPU than the "
+            "pod's budget (rlix.io/gpu-memory-mib at its peak phase)",
+            ["node", "namespace", "pod"],
+            registry=self.registry,
+        )
+        self.over_budget_bytes = Gauge(
+            "rlix_agent_pod_memory_over_budget_bytes",
+            "Device memory a pod holds on a GPU beyond its budget, while it does",
+            ["node", "namespace", "pod", "gpu"],
             registry=self.registry,
         )
         self.resume_seconds = Histogram(

@@ -121,3 +121,19 @@ def agent_connected() -> bool:
 
 def suspended() -> bool:
     return _get().suspended
+
+
+def memory_budget_mib() -> int | None:
+    """The per-GPU device memory (MiB) this pod declared for its peak phase: its
+    GPU claim's share, which the node agent holds it to (None outside RLix)."""
+    from rlix.client.budget import memory_budget_mib as read
+
+    return read()
+
+
+def cap_torch_memory(device: Any = None) -> float | None:
+    """Cap torch's allocator on ``device`` at the budget; returns the fraction set
+    (None without a budget or a CUDA device). See :mod:`rlix.client.budget`."""
+    from rlix.client.budget import cap_torch_memory as cap
+
+    return cap(device)

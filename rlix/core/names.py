@@ -76,6 +76,10 @@ ENV_MASTER_PORT: Final = "MASTER_PORT"
 ENV_WORLD_SIZE: Final = "WORLD_SIZE"
 ENV_RANK: Final = "RANK"
 ENV_NODE_RANK: Final = "NODE_RANK"
+# Per-GPU device memory (MiB) the role declared for its peak phase, what its GPU
+# claim consumes; set only on roles that declare gpuMemoryMiB. The client reads
+# it as the process's budget (rlix.memory_budget_mib, rlix.cap_torch_memory).
+ENV_GPU_MEMORY_MIB: Final = "RLIX_GPU_MEMORY_MIB"
 OWNED_ENV: Final = (
     ENV_AGENT_SOCKET,
     ENV_JOB,
@@ -88,6 +92,7 @@ OWNED_ENV: Final = (
     ENV_WORLD_SIZE,
     ENV_RANK,
     ENV_NODE_RANK,
+    ENV_GPU_MEMORY_MIB,
 )
 # torchrun's default rendezvous port; the head pod listens on it.
 MASTER_PORT: Final = 29500

@@ -66,7 +66,10 @@ def peer_env(job: RLJob, role: Role, index: int, *, socket_path: str) -> list[di
         names.ENV_RANK: str(rank),
         names.ENV_NODE_RANK: str(rank),
     }
-    return [{"name": key, "value": values[key]} for key in names.OWNED_ENV]
+    peak = max(role.gpu_memory.by_phase().values(), default=0) if role.gpu_memory else 0
+    if peak:
+        values[names.ENV_GPU_MEMORY_MIB] = str(peak)
+    return [{"name": key, "value": values[key]} for key in names.OWNED_ENV if key in values]
 
 
 def owner_reference(job: RLJob, owner_uid: str) -> dict[str, Any]:

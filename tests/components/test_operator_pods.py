@@ -266,3 +266,19 @@ def test_a_pod_with_a_pinned_claim_requests_no_nvidia_gpu() -> None:
     plain = build_pod(job, role, 0, owner_uid="uid-1")
     assert "resourceClaims" not in plain["spec"]
     assert plain["spec"]["containers"][0]["resources"]["limits"][names.GPU_RESOURCE] == "1"
+
+
+def test_a_role_that_declares_memory_gets_its_peak_as_the_budget_env() -> None:
+    job = RLJob.model_validate(yaml.safe_load((EXAMPLES / "grpo-trl.yaml").read_text()))
+    budgets = {}
+    for role in job.spec.roles:
+        (container, *_) = build_pod(job, role, 0, owner_uid="u")["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        budgets[role.name] = env.get(names.ENV_GPU_MEMORY_MIB)
+    assert budgets == {"policy": "76000", "rollout": "69000"}
+    # A role without declared memory has no budget to keep.
+    cpu = RLJob.model_validate(yaml.safe_load((EXAMPLES / "verl-colocated.yaml").read_text()))
+    pod = build_pod(cpu, cpu.spec.roles[1], 0, owner_uid="u")
+    assert all(
+        e["name"] != names.ENV_GPU_MEMORY_MIB for c in pod["spec"]["containers"] for e in c["env"]
+    )

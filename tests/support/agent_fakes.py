@@ -97,6 +97,7 @@ class AgentProcess:
             f"--suspend-timeout={suspend_timeout_s}",
             f"--control-pod-uid={control_pod_uid}",
             "--publish-interval=0.2",
+            "--overrun-interval=0.3",
             "--log-level=WARNING",
             f"--metrics-port={metrics_port}",
             "--metrics-host=127.0.0.1",
