@@ -32,6 +32,10 @@ class KubePublisher:
         body = {"metadata": {"annotations": dict(annotations)}}
         _patch(f"node {node}", lambda: self._api.patch_node(node, body))
 
+    def patch_node_labels(self, *, node: str, labels: Annotations) -> None:
+        body = {"metadata": {"labels": dict(labels)}}
+        _patch(f"node {node}", lambda: self._api.patch_node(node, body))
+
     def patch_pod_annotations(self, *, namespace: str, name: str, annotations: Annotations) -> None:
         body = {"metadata": {"annotations": dict(annotations)}}
         _patch(

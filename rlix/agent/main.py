@@ -27,6 +27,7 @@ from rlix.agent.relocation import CudaRelocator, DeviceRelocator, SimulatedHbm
 from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 from rlix.agent.slices import SlicePublisher, publish_slices
+from rlix.core.mps import MPS_DIR
 
 DESCRIPTION = """\
 RLix node agent. One per GPU node (a privileged DaemonSet with hostPID).
@@ -203,6 +204,21 @@ def build_parser() -> argparse.ArgumentParser:
         "as a GPUMemoryOverrun event on the pod and in rlix_agent_memory_overruns; "
         "0: off; kube mode only (default: %(default)s)",
     )
+    p.add_argument(
+        "--mps",
+        action="store_true",
+        help="run and watch the node's CUDA MPS control daemon (in its own mount "
+        "namespace, /dev/shm shared with its clients through <mps-dir>/shm) and label "
+        "the node rlix.io/mps=true while it runs; roles with `mps:` are placed only "
+        "on such nodes (docs/dra.md, 'Kernels side by side')",
+    )
+    p.add_argument(
+        "--mps-dir",
+        type=Path,
+        default=Path(MPS_DIR),
+        help="the node's MPS directory (pipe/, log/, shm/), the same path the "
+        "operator mounts into MPS clients (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -278,6 +294,37 @@ def _start_overrun_watch(
     threading.Thread(
         target=watch.run, args=(stop, args.overrun_interval), name="rlix-overruns", daemon=True
     ).start()
+
+
+def _start_mps(args: argparse.Namespace, api: object | None, stop: threading.Event) -> None:
+    """Run the MPS control daemon and label the node while it runs (docs/dra.md)."""
+    from rlix.agent.mps import MpsSupervisor, MpsUnavailableError
+    from rlix.core import mps
+
+    def label(on: bool) -> None:
+        if api is None:
+            logging.info("MPS control daemon %s (no API server: no node label)", on)
+            return
+        from rlix.agent.kube_publishing import KubePublisher
+
+        value = "true" if on else None
+        try:
+            KubePublisher(api).patch_node_labels(
+                node=args.node_name, labels={mps.NODE_LABEL_MPS: value}
+            )
+        except Exception as exc:  # retried at the next change; the daemon still runs
+            logging.warning("could not set node label %s: %s", mps.NODE_LABEL_MPS, exc)
+
+    supervisor = MpsSupervisor(mps.MpsPaths(str(args.mps_dir)), label=label)
+    try:
+        supervisor.prepare()
+    except MpsUnavailableError as exc:
+        logging.error(
+            "--mps: %s; running without MPS (the node is not labelled %s)", exc, mps.NODE_LABEL_MPS
+        )
+        label(False)
+        return
+    threading.Thread(target=supervisor.run, args=(stop,), name="rlix-mps", daemon=True).start()
 
 
 def _gpu_backend(args: argparse.Namespace) -> tuple[GpuBackend, Checkpointer, DeviceRelocator]:
@@ -396,6 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         relocator.unsupported_reason() or "available",
         args.park_dir,
     )
+    if args.mps:
+        _start_mps(args, api, server.stopped)
     if api is not None:
         _start_conducting(args, api, preemption, publisher, now)
         if args.overrun_interval > 0:

@@ -219,6 +219,23 @@ class PodTemplate(_Model):
     spec: PodSpec
 
 
+class Mps(_Model):
+    """Run the role's GPU processes as CUDA MPS clients (docs/dra.md, "Kernels side by side").
+
+    Its pods go only to nodes whose agent runs the MPS control daemon
+    (``rlix.io/mps: "true"``); each process is limited to the role's memory
+    budget on each GPU by MPS itself.
+    """
+
+    active_thread_percentage: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description="Share of each GPU's SMs one process of the role may use "
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); unset: all of them.",
+    )
+
+
 class Role(_Model):
     """One kind of pod in the job, e.g. the policy trainer or the rollout workers.
 
@@ -252,6 +269,11 @@ class Role(_Model):
                     "message": "gpuMemoryMiB is required when the role uses GPUs",
                     "fieldPath": ".gpuMemoryMiB",
                 },
+                {
+                    "rule": "self.gpusPerReplica > 0 || !has(self.mps)",
+                    "message": "mps needs gpusPerReplica > 0 (MPS shares GPUs)",
+                    "fieldPath": ".mps",
+                },
             ]
         }
     )
@@ -272,6 +294,7 @@ class Role(_Model):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     gpu_memory: PhaseMemory | None = Field(default=None, alias="gpuMemoryMiB")
+    mps: Mps | None = None
 
     @property
     def gpus(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlix.core import names
+from rlix.core import mps, names
 from rlix.core.rljob import (
     DNS_LABEL,
     JOB_NAME_MAX_LENGTH,
@@ -26,6 +26,7 @@ from rlix.core.rljob import (
     PodTemplate,
     RLJob,
     RLJobSpec,
+    Role,
     RoleKind,
 )
 from rlix.core.snapshot import ClusterSnapshot
@@ -93,6 +94,8 @@ def spec_errors(spec: RLJobSpec) -> list[FieldError]:
             errors.append(FieldError(f"{where}.gpuMemoryMiB", "required when the role uses GPUs"))
         if role.gpus_per_replica == 0 and role.gpu_memory is not None:
             errors.append(FieldError(f"{where}.gpuMemoryMiB", "needs gpusPerReplica > 0"))
+        if role.mps is not None:
+            errors += _mps_errors(role, where)
         if spec.algorithm is Algorithm.GRPO and role.kind is RoleKind.CRITIC:
             errors.append(FieldError(f"{where}.kind", "GRPO has no critic; use algorithm PPO"))
         if (role.image is None) == (role.template is None):
@@ -109,6 +112,32 @@ def spec_errors(spec: RLJobSpec) -> list[FieldError]:
                     )
                 )
             errors += template_errors(role.template, f"{where}.template")
+    return errors
+
+
+def _mps_errors(role: Role, where: str) -> list[FieldError]:
+    """An MPS role needs GPUs, and leaves MPS's env and volumes to RLix."""
+    errors: list[FieldError] = []
+    if role.gpus_per_replica == 0:
+        errors.append(FieldError(f"{where}.mps", "needs gpusPerReplica > 0 (MPS shares GPUs)"))
+    body = role.pod_template().spec.body()
+    for i, container in enumerate(body["containers"]):
+        for j, var in enumerate(container.get("env") or []):
+            if isinstance(var, dict) and var.get("name") in mps.OWNED_ENV:
+                errors.append(
+                    FieldError(
+                        f"{where}.template.spec.containers[{i}].env[{j}].name",
+                        f"{var['name']} is set by RLix for an mps role (docs/dra.md)",
+                    )
+                )
+    for volume in body.get("volumes") or []:
+        if isinstance(volume, dict) and volume.get("name") in (mps.VOLUME_PIPE, mps.VOLUME_SHM):
+            errors.append(
+                FieldError(
+                    f"{where}.template.spec.volumes[{volume['name']}]",
+                    "this volume name is RLix's (the node's MPS directory)",
+                )
+            )
     return errors
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlix.core import dra, names
+from rlix.core import dra, mps, names
 from rlix.core.objects.nodes import label_pairs, tolerations_of
 from rlix.core.rljob import RLJob, Role, RoleKind
 from rlix.core.snapshot import Toleration, Workload
@@ -103,6 +103,37 @@ def _with_rlix(
     return out
 
 
+def _with_mps(spec: dict[str, Any], role: Role) -> dict[str, Any]:
+    """A GPU role under MPS: its worker is an MPS client of the node's control daemon.
+
+    The nodeSelector keeps its pods on nodes whose agent runs the daemon (and
+    admission reads it like any template selector); the pinned memory limit is
+    the role's budget, so MPS enforces what the GPU claim promised.
+    """
+    assert role.mps is not None
+    paths = mps.MpsPaths()
+    budget = max(role.gpu_memory.by_phase().values(), default=0) if role.gpu_memory else 0
+    env = mps.client_env(
+        paths,
+        gpus=role.gpus_per_replica,
+        budget_mib=budget,
+        active_thread_percentage=role.mps.active_thread_percentage,
+    )
+    volumes, mounts = mps.client_volumes(paths)
+    worker, *sidecars = spec["containers"]
+    worker = {
+        **worker,
+        "env": [*(worker.get("env") or []), *env],
+        "volumeMounts": [*(worker.get("volumeMounts") or []), *mounts],
+    }
+    return {
+        **spec,
+        "containers": [worker, *sidecars],
+        "volumes": [*(spec.get("volumes") or []), *volumes],
+        "nodeSelector": {**(spec.get("nodeSelector") or {}), mps.NODE_LABEL_MPS: "true"},
+    }
+
+
 def pin_to_node(spec: dict[str, Any], node: str) -> dict[str, Any]:
     """``spec`` with a required node affinity for ``node`` added to the template's own.
 
@@ -185,6 +216,8 @@ def build_pod(
         "hostPath": {"path": agent_socket_dir, "type": "DirectoryOrCreate"},
     }
     spec["volumes"] = [*(spec.get("volumes") or []), socket_volume]
+    if role.mps is not None and role.gpus_per_replica:
+        spec = _with_mps(spec, role)
     if admitted_node:
         spec = pin_to_node(spec, admitted_node)
     if role.gpus_per_replica:

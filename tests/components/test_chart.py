@@ -341,3 +341,25 @@ def test_the_device_class_is_left_out_where_the_cluster_has_it(helm: Helm) -> No
     assert result.returncode == 0, result.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]
     assert "DeviceClass" not in kinds and "DaemonSet" in kinds
+
+
+def test_mps_runs_the_daemon_through_the_agent_with_the_directory_the_operator_mounts(
+    helm: Helm,
+) -> None:
+    from rlix.core import mps
+
+    def agent_spec(*values: str) -> dict[str, Any]:
+        (agent,) = [d for d in _render(helm, *values) if d["kind"] == "DaemonSet"]
+        spec: dict[str, Any] = agent["spec"]["template"]["spec"]
+        return spec
+
+    off = agent_spec()
+    assert "--mps" not in off["containers"][0]["args"]
+    assert all(v["name"] != "mps" for v in off["volumes"])
+    on = agent_spec("--set", "nodeAgent.mps.enabled=true")
+    container = on["containers"][0]
+    assert "--mps" in container["args"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "mps")
+    volume = next(v for v in on["volumes"] if v["name"] == "mps")
+    # The agent's default --mps-dir is where the operator points its clients.
+    assert mount["mountPath"] == volume["hostPath"]["path"] == mps.MPS_DIR

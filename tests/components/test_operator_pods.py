@@ -282,3 +282,33 @@ def test_a_role_that_declares_memory_gets_its_peak_as_the_budget_env() -> None:
     assert all(
         e["name"] != names.ENV_GPU_MEMORY_MIB for c in pod["spec"]["containers"] for e in c["env"]
     )
+
+
+def test_an_mps_role_is_an_mps_client_on_nodes_running_the_daemon() -> None:
+    from rlix.core import mps
+
+    raw = yaml.safe_load((EXAMPLES / "grpo-trl.yaml").read_text())
+    rollout = next(r for r in raw["spec"]["roles"] if r["name"] == "rollout")
+    rollout["mps"] = {"activeThreadPercentage": 50}
+    job = RLJob.model_validate(raw)
+    role = next(r for r in job.spec.roles if r.name == "rollout")
+    pod = build_pod(job, role, 0, owner_uid="u")
+    spec = pod["spec"]
+    worker, *sidecars = spec["containers"]
+    env = {e["name"]: e.get("value") for e in worker["env"]}
+    assert env[mps.ENV_PIPE] == "/run/rlix/mps/pipe"
+    assert env[mps.ENV_MEMORY_LIMIT] == "0=69000M,1=69000M"  # its peak, on each of its 2 GPUs
+    assert env[mps.ENV_THREADS] == "50"
+    mounts = {m["name"]: m["mountPath"] for m in worker["volumeMounts"]}
+    assert mounts[mps.VOLUME_SHM] == "/dev/shm" and mounts[mps.VOLUME_PIPE] == env[mps.ENV_PIPE]
+    volumes = {v["name"] for v in spec["volumes"]}
+    assert {mps.VOLUME_PIPE, mps.VOLUME_SHM} <= volumes
+    assert spec["nodeSelector"][mps.NODE_LABEL_MPS] == "true"
+    for sidecar in sidecars:  # no GPU, no MPS
+        assert all(e["name"] not in mps.OWNED_ENV for e in sidecar.get("env") or [])
+    # Admission plans with the same selector, so it never plans a node without the daemon.
+    planned = [w for w in planned_workloads(job) if w.role == "rollout"]
+    assert planned and all((mps.NODE_LABEL_MPS, "true") in w.node_selector for w in planned)
+    # The other roles are untouched.
+    policy = build_pod(job, job.spec.roles[0], 0, owner_uid="u")
+    assert mps.NODE_LABEL_MPS not in (policy["spec"].get("nodeSelector") or {})
