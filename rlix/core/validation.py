@@ -26,6 +26,7 @@ from rlix.core.rljob import (
     PodTemplate,
     RLJob,
     RLJobSpec,
+    Role,
     RoleKind,
 )
 from rlix.core.snapshot import ClusterSnapshot
@@ -93,6 +94,7 @@ def spec_errors(spec: RLJobSpec) -> list[FieldError]:
             errors.append(FieldError(f"{where}.gpuMemoryMiB", "required when the role uses GPUs"))
         if role.gpus_per_replica == 0 and role.gpu_memory is not None:
             errors.append(FieldError(f"{where}.gpuMemoryMiB", "needs gpusPerReplica > 0"))
+        errors += _elastic_errors(spec, role, where)
         if spec.algorithm is Algorithm.GRPO and role.kind is RoleKind.CRITIC:
             errors.append(FieldError(f"{where}.kind", "GRPO has no critic; use algorithm PPO"))
         if (role.image is None) == (role.template is None):
@@ -109,6 +111,32 @@ def spec_errors(spec: RLJobSpec) -> list[FieldError]:
                     )
                 )
             errors += template_errors(role.template, f"{where}.template")
+    return errors
+
+
+def _elastic_errors(spec: RLJobSpec, role: Role, where: str) -> list[FieldError]:
+    if role.elastic is None:
+        return []
+    errors = []
+    if role.kind is not RoleKind.ROLLOUT:
+        errors.append(
+            FieldError(f"{where}.elastic", f"only a rollout role may be elastic, not {role.kind}")
+        )
+    if role.elastic.min_replicas > role.replicas:
+        errors.append(
+            FieldError(
+                f"{where}.elastic.minReplicas",
+                f"{role.elastic.min_replicas} exceeds the role's {role.replicas} replicas",
+            )
+        )
+    if not spec.preemptible_rollout:
+        errors.append(
+            FieldError(
+                "spec.preemptibleRollout",
+                f"role {role.name!r} is elastic: its replicas are suspended in place, "
+                "which preemptibleRollout false forbids",
+            )
+        )
     return errors
 
 
