@@ -45,23 +45,21 @@ def summary(actions: tuple[Action, ...]) -> list[tuple[str, str, str, tuple[str,
 
 
 def test_a_waiting_job_borrows_the_elastic_tail_and_nothing_more() -> None:
-    actions = decide(snapshot(*elastic_job()), [high()], POLICY, clocks={}, now=0.0, elastic=ELASTIC)
+    actions = decide(
+        snapshot(*elastic_job()), [high()], POLICY, clocks={}, now=0.0, elastic=ELASTIC
+    )
     assert summary(actions) == [("suspend", "default/el", "Lend", ("default/el-rollout-2",))]
     assert actions[0].requester == "default/high"
 
 
 def test_lending_takes_the_tail_first_and_never_below_the_minimum() -> None:
-    two = decide(
-        snapshot(*elastic_job()), [high(2)], POLICY, clocks={}, now=0.0, elastic=ELASTIC
-    )
+    two = decide(snapshot(*elastic_job()), [high(2)], POLICY, clocks={}, now=0.0, elastic=ELASTIC)
     assert summary(two) == [
         ("suspend", "default/el", "Lend", ("default/el-rollout-1", "default/el-rollout-2"))
     ]
     # Three GPUs would leave no replica: lending cannot do it, so the whole
     # preemptible unit is parked for priority (the rule every job has).
-    three = decide(
-        snapshot(*elastic_job()), [high(3)], POLICY, clocks={}, now=0.0, elastic=ELASTIC
-    )
+    three = decide(snapshot(*elastic_job()), [high(3)], POLICY, clocks={}, now=0.0, elastic=ELASTIC)
     assert [(a.job, str(a.reason)) for a in three] == [("default/el", "Priority")]
     assert len(three[0].pods) == 3
     # A minimum of 3 leaves nothing to lend.

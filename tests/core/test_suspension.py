@@ -88,7 +88,9 @@ def test_active_replicas_round_trip_and_bad_input_is_named() -> None:
     assert ActiveReplicas.parse(doc.to_json()) == doc
     assert ActiveReplicas.from_doc(doc.to_doc()) == doc
     with pytest.raises(SuspensionError, match=f"{ANNOTATION_ACTIVE_REPLICAS}: 'active'"):
-        ActiveReplicas.parse('{"role":"r","replicas":2,"minReplicas":1,"active":[2],"suspended":[]}')
+        ActiveReplicas.parse(
+            '{"role":"r","replicas":2,"minReplicas":1,"active":[2],"suspended":[]}'
+        )
     with pytest.raises(SuspensionError, match="'minReplicas'"):
         ActiveReplicas.parse('{"role":"r","replicas":2,"active":[],"suspended":[]}')
 
