@@ -24,6 +24,7 @@ from rlix.agent.preemption import Preemption
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.publishing import FilePublisher, Publisher
 from rlix.agent.relocation import CudaRelocator, DeviceRelocator, SimulatedHbm
+from rlix.agent.rosters import Rosters
 from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 from rlix.agent.slices import SlicePublisher, publish_slices
@@ -220,8 +221,11 @@ def _start_conducting(
     preemption: Preemption,
     publisher: BackgroundPublisher,
     now: Callable[[], datetime],
+    *,
+    rosters: Rosters,
 ) -> None:
-    """Carry out the conductor's desired suspensions for this node's pods."""
+    """Carry out the conductor's desired suspensions for this node's pods (and
+    keep their elastic rosters for the socket's ``active-replicas``)."""
     from rlix.agent.conducting import Conducting
     from rlix.agent.kube_publishing import KubeNodePods
     from rlix.agent.preemption import rfc3339
@@ -233,6 +237,7 @@ def _start_conducting(
         publisher=publisher,
         now=now,
         rfc3339=rfc3339,
+        rosters=rosters,
     )
     stop = threading.Event()
     threading.Thread(target=conducting.run, args=(stop, args.conduct_interval), daemon=True).start()
@@ -355,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.park_dir,
     )
     if api is not None:
-        _start_conducting(args, api, preemption, publisher, now)
+        _start_conducting(args, api, preemption, publisher, now, rosters=server.rosters)
     server.serve_forever()
     publisher.flush(timeout=5)
     publisher.stop()
