@@ -424,7 +424,7 @@ def _admit_by_priority(
     return trial
 
 
-def replica_index(w: Workload) -> int:
+def _replica_index(w: Workload) -> int:
     """The replica index a pod's name ends in (``<job>-<role>-<index>``), or -1."""
     _, _, tail = w.name.rpartition("-")
     return int(tail) if tail.isdigit() else -1
@@ -433,7 +433,7 @@ def replica_index(w: Workload) -> int:
 def _spare(trial: ClusterSnapshot, job: str, rollout: ElasticRollout) -> list[Workload]:
     """The job's running elastic replicas above its minimum, the tail (highest index) first.
 
-    The lowest-indexed ``min_replicas`` running replicas always stay. None when
+    The lowest-indexed ``min_replicas`` running replicas always stay. Empty when
     the job may not be parked now (a resume less than ``min_run_s`` ago, or not
     preemptible).
     """
@@ -443,7 +443,7 @@ def _spare(trial: ClusterSnapshot, job: str, rollout: ElasticRollout) -> list[Wo
             for w in trial.workloads
             if w.job == job and w.role == rollout.role and not w.suspended and w.node is not None
         ),
-        key=replica_index,
+        key=_replica_index,
     )
     if not all(w.preemptible for w in running):
         return []
