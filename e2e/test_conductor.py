@@ -12,6 +12,9 @@ pod's observed state.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -399,4 +402,101 @@ def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
     finally:
         trainer.close()
     finish(cluster, namespace, "low")
+    cluster.kubectl("delete", "rlj", "fill", "fill2", "-n", namespace, "--wait=true")
+
+
+def roster(trainer: Trainer, want: list[object]) -> None:
+    """Wait until the client in the job's trainer pod reports ``want`` as its roster."""
+    wait_for(
+        f"the client reports {want}",
+        lambda: trainer.ask("replicas")["roster"] == want,
+        timeout_s=60,
+    )
+
+
+def elastic_job_on_a_full_cluster(cluster: Any, namespace: str) -> dict[str, dict[str, Any]]:
+    """Non-preemptible work on all but three GPUs; there, job "el" (a trainer and
+    an elastic rollout of 2 replicas, minReplicas 1). Its pods by role-index."""
+    nodes, gpus = 4, 8
+    apply(cluster, namespace, gpu_job("fill", replicas=nodes - 1, gpus=gpus, mib=60000))
+    wait_for("fill Running", lambda: rljob_state(cluster, namespace, "fill") == "Running")
+    apply(cluster, namespace, gpu_job("fill2", replicas=1, gpus=gpus - 3, mib=60000))
+    wait_for("fill2 Running", lambda: rljob_state(cluster, namespace, "fill2") == "Running")
+    el = rljob("el")
+    el["spec"]["roles"][1].update(replicas=2, elastic={"minReplicas": 1})
+    for role in el["spec"]["roles"]:
+        role["gpuMemoryMiB"] = {next(iter(role["gpuMemoryMiB"])): 60000}
+    apply(cluster, namespace, el)
+    wait_for("el Running", lambda: rljob_state(cluster, namespace, "el") == "Running")
+    return {
+        name: get_json(cluster, "pod", f"el-{name}", "-n", namespace)
+        for name in ("policy-0", "rollout-0", "rollout-1")
+    }
+
+
+def top_data(cluster: Any, namespace: str) -> dict[str, Any]:
+    """One frame of ``rlix top -o json``, as a person's terminal would get it."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert (
+            rlix(["top", "-n", namespace, f"--kubeconfig={cluster.kubeconfig}", "-o", "json"]) == 0
+        )
+    data: dict[str, Any] = json.loads(out.getvalue())
+    return data
+
+
+def test_an_elastic_rollout_lends_its_extra_replica_in_place_and_the_trainer_is_told(
+    cluster: Any, namespace: str, operator: OperatorProcess, agents: list[AgentProcess],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """A full cluster; an elastic job (rollout 2 replicas, minReplicas 1) lends one.
+
+    The high-priority arrival needs one GPU; parking the elastic job's tail
+    (replica 1) is enough, so only it is parked (reason Lend), in place; the
+    trainer's client hears that only replica 0 is active, and replica 1 comes
+    back, bytes identical, when the waiter goes.
+    """
+    pods = elastic_job_on_a_full_cluster(cluster, namespace)
+    node = pods["rollout-1"]["spec"]["nodeName"]
+    assert {p["spec"]["nodeName"] for p in pods.values()} == {node}, "three GPUs left: one node"
+    uid = pods["rollout-1"]["metadata"]["uid"]
+    agents.append(start_agent(cluster, node, tmp_path / "agent"))
+    tail = Trainer(agents[0], uid)
+    head = Trainer(agents[0], pods["policy-0"]["metadata"]["uid"])
+    try:
+        wait_connected(agents[0], tail.proc.pid, uid=uid)
+        before = tail.ready["digest"]
+        roster(head, ["rollout", [0, 1], []])
+        apply(cluster, namespace, gpu_job("high", replicas=1, gpus=1, mib=70000, priority=10))
+        try:
+            seen = observed(cluster, namespace, "el-rollout-1", "Suspended")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
+        desired, _, same_uid = pod_suspension(cluster, namespace, "el-rollout-1")
+        assert same_uid == uid, "lent in place, not deleted"
+        assert desired is not None and desired.reason == "Lend"
+        assert desired.requester == f"{namespace}/high"
+        assert seen.parked_bytes > 0 and tail.ask("live")["live"] == 0
+        for kept in ("el-rollout-0", "el-policy-0"):
+            assert pod_suspension(cluster, namespace, kept)[0] is None, f"{kept} keeps running"
+        roster(head, ["rollout", [0], [1]])
+        held = condition(cluster, namespace, "el", "True", "Lend")
+        assert f"for {namespace}/high" in held["message"] and "el-rollout-1" in held["message"]
+        shown = top_data(cluster, namespace)
+        assert [
+            (r["job"], r["pods"], r["state"], r["reason"], r["requester"])
+            for r in shown["suspensions"]
+        ] == [("el", ["el-rollout-1"], "parked", "Lend", f"{namespace}/high")], shown
+        assert {j["name"]: j["suspension"] for j in shown["rljobs"]}["el"] == "Lend"
+
+        cluster.kubectl("delete", "rlj", "high", "-n", namespace, "--wait=true")
+        observed(cluster, namespace, "el-rollout-1", "Resumed")
+        desired, _, same_uid = pod_suspension(cluster, namespace, "el-rollout-1")
+        assert desired is not None and desired.reason == "MemoryFree" and same_uid == uid
+        assert tail.ask("digest")["digest"] == before, "every lent byte came back"
+        roster(head, ["rollout", [0, 1], []])
+    finally:
+        tail.close()
+        head.close()
+    finish(cluster, namespace, "el")
     cluster.kubectl("delete", "rlj", "fill", "fill2", "-n", namespace, "--wait=true")

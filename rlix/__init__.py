@@ -18,6 +18,7 @@ a no-op, so the same script runs outside RLix unchanged.
 """
 
 from rlix.client.api import (
+    active_replicas,
     agent_connected,
     cap_torch_memory,
     configure,
@@ -29,6 +30,7 @@ from rlix.client.api import (
     report_usage,
     safe_point,
     suspended,
+    watch_active_replicas,
 )
 from rlix.core.phases import Phase
 
@@ -37,6 +39,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Phase",
     "__version__",
+    "active_replicas",
     "agent_connected",
     "cap_torch_memory",
     "configure",
@@ -48,4 +51,5 @@ __all__ = [
     "report_usage",
     "safe_point",
     "suspended",
+    "watch_active_replicas",
 ]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from rlix.agent.rosters import Rosters
 from rlix.core import agent_protocol as proto
 from rlix.core.suspension import (
     ANNOTATION_AGENT_HEARTBEAT,
@@ -82,6 +83,7 @@ class Conducting:
         publisher: Publish,
         now: Callable[[], datetime],
         rfc3339: Callable[[datetime], str],
+        rosters: Rosters | None = None,
     ) -> None:
         self._node = node
         self._pods = pods
@@ -89,6 +91,7 @@ class Conducting:
         self._publisher = publisher
         self._now = now
         self._rfc3339 = rfc3339
+        self._rosters = rosters
         # uid -> the generation this process answered (the published annotation
         # may lag behind the list: do not act twice on one generation meanwhile).
         self._answered: dict[str, int] = {}
@@ -107,6 +110,8 @@ class Conducting:
         self.heartbeat()
         reported = []
         pods = self._pods()
+        if self._rosters is not None:
+            self._rosters.update({p.uid: p.annotations for p in pods})
         live = {p.uid for p in pods}
         self._answered = {u: g for u, g in self._answered.items() if u in live}
         for pod in pods:

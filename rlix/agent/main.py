@@ -24,6 +24,7 @@ from rlix.agent.preemption import Preemption
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.publishing import FilePublisher, Publisher
 from rlix.agent.relocation import CudaRelocator, DeviceRelocator, SimulatedHbm
+from rlix.agent.rosters import Rosters
 from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 from rlix.agent.slices import SlicePublisher, publish_slices
@@ -245,8 +246,11 @@ def _start_conducting(
     preemption: Preemption,
     publisher: BackgroundPublisher,
     now: Callable[[], datetime],
+    *,
+    rosters: Rosters,
 ) -> None:
-    """Carry out the conductor's desired suspensions for this node's pods."""
+    """Carry out the conductor's desired suspensions for this node's pods (and
+    keep their elastic rosters for the socket's ``active-replicas``)."""
     from rlix.agent.conducting import Conducting
     from rlix.agent.kube_publishing import KubeNodePods
     from rlix.agent.preemption import rfc3339
@@ -258,6 +262,7 @@ def _start_conducting(
         publisher=publisher,
         now=now,
         rfc3339=rfc3339,
+        rosters=rosters,
     )
     stop = threading.Event()
     threading.Thread(target=conducting.run, args=(stop, args.conduct_interval), daemon=True).start()
@@ -446,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mps:
         _start_mps(args, api, server.stopped)
     if api is not None:
-        _start_conducting(args, api, preemption, publisher, now)
+        _start_conducting(args, api, preemption, publisher, now, rosters=server.rosters)
         if args.overrun_interval > 0:
             _start_overrun_watch(args, api, backend, metrics, server.stopped)
     server.serve_forever()

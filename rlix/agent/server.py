@@ -29,6 +29,7 @@ from rlix.agent.identities import CgroupResolver, UnknownCallerError, peer_crede
 from rlix.agent.metrics import AgentMetrics
 from rlix.agent.preemption import Preemption, rfc3339
 from rlix.agent.publication import BackgroundPublisher
+from rlix.agent.rosters import Rosters
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_PHASE_SINCE
 from rlix.core.phases import Phase
@@ -50,6 +51,7 @@ class AgentServer:
         socket_mode: int = 0o666,
         control_pod_uid: str | None = None,
         metrics: AgentMetrics | None = None,
+        rosters: Rosters | None = None,
     ) -> None:
         # The agent's own pod: `kubectl exec` into it runs `rlix agent ...`,
         # which is a process in a pod but is the node's administrator.
@@ -68,6 +70,8 @@ class AgentServer:
         self._stop = threading.Event()
         self._last_gpu_doc: str | None = None
         self.metrics = metrics or AgentMetrics(node_name)
+        # Each pod's elastic roster, filled by the conducting loop (None: no API server).
+        self.rosters = rosters or Rosters()
 
     # -- lifecycle ---------------------------------------------------------------
     def bind(self) -> None:
@@ -186,6 +190,11 @@ class AgentServer:
                     proto.E_BAD_FIELD, f"unknown phase {raw!r}; valid: {valid}", msg_id=req.id
                 )
             return proto.encode_reply(req.id, since=self._set_phase(pod.uid, pod, phase))
+        if req.op == proto.OP_ACTIVE_REPLICAS:
+            roster = self.rosters.of(pod.uid)
+            return proto.encode_reply(
+                req.id, activeReplicas=roster.to_doc() if roster is not None else None
+            )
         # OP_USAGE
         gpu = proto.require_number(req, "gpu", low=0, high=1023)
         mib = proto.require_number(req, "memory_mib", low=0, high=1 << 30)

@@ -19,6 +19,13 @@ how its GPUs are handed out: "shared" (RLix's gpu.rlix.io DRA devices, pods
 share a GPU by memory) or "whole" (nvidia.com/gpu, one pod per GPU). The
 header sums it up: GPU idle %, jobs per state, memory parked off the GPUs.
 
+The SUSPENSION column is the job's Suspended condition (why its pods are
+parked, or why a suspension was refused); the Suspensions table lists, per
+job, the pods the conductor parked in place: parking / parked / resuming,
+the reason (Manual, Priority, Lend, PhaseOverflow, Aged), for whom, since when
+and the bytes the node agent parked (rlix.io/desired- and
+observed-suspension, docs/conductor.md).
+
 Namespaces as kubectl: -n NAME, -A for all, else the kubeconfig context's
 namespace. -o json|yaml prints one frame as data; -o wide adds columns.
 
@@ -47,11 +54,13 @@ def frame_data(view: Any) -> dict[str, Any]:
     jobs = views.job_rows(view.rljobs, view.pods, now)
     nodes = views.node_rows(view.nodes, view.pods)
     summary = views.summary(jobs, nodes)
+    suspensions = views.suspension_rows(view.pods, now)
     data: dict[str, Any] = output.camel_keys(
         {
             "summary": dataclasses.asdict(summary),
             "rljobs": [dataclasses.asdict(j) for j in jobs],
             "nodes": [dataclasses.asdict(n) for n in nodes],
+            "suspensions": [dataclasses.asdict(r) for r in suspensions],
         }
     )
     return data
@@ -76,12 +85,13 @@ def render(view: Any, *, wide: bool = False) -> Any:
     )
     jt = Table(title="RLJobs", title_justify="left", expand=True)
     numeric = {"GPUS", "ITER", "SUSP", "PARKED"}
-    job_cols = ["NAMESPACE", "NAME", "STATE", "PHASE", "ROLES", "GPUS", "ITER", "SUSP", "AGE"]
+    job_cols = ["NAMESPACE", "NAME", "STATE", "PHASE", "ROLES", "GPUS", "ITER", "SUSP"]
+    job_cols += ["SUSPENSION", "AGE"]
     for col in job_cols + (["PARKED"] if wide else []):
         jt.add_column(col, justify="right" if col in numeric else "left")
     for j in jobs:
         cells = [j.namespace, j.name, j.state, j.phase, j.roles, str(j.gpus)]
-        cells += [str(j.iterations), str(j.suspended), j.age]
+        cells += [str(j.iterations), str(j.suspended), j.suspension, j.age]
         if wide:
             cells.append(f"{j.parked_mib / 1024:.1f} GiB")
         jt.add_row(*cells)
@@ -97,7 +107,19 @@ def render(view: Any, *, wide: bool = False) -> Any:
         if wide:
             cells.append(f"{(n.memory_mib - n.used_mib) / 1024:.0f} GiB")
         nt.add_row(*cells)
-    return Group(header, jt, nt)
+    suspensions = views.suspension_rows(view.pods, now)
+    if not suspensions:
+        return Group(header, jt, nt)
+    st = Table(title="Suspensions", title_justify="left", expand=True)
+    for col in ["NAMESPACE", "JOB", "PODS", "STATE", "REASON", "FOR", "SINCE", "PARKED"]:
+        st.add_column(col, justify="right" if col == "PARKED" else "left")
+    for r in suspensions:
+        parked = f"{r.parked_bytes / 2**30:.1f} GiB" if r.parked_bytes else "-"
+        since = f"{r.since} ({r.age})" if r.since != "-" else "-"
+        st.add_row(
+            r.namespace, r.job, ", ".join(r.pods), r.state, r.reason, r.requester, since, parked
+        )
+    return Group(header, jt, st, nt)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from rlix.core.phases import Phase
 
 if TYPE_CHECKING:
     from rlix.client.runtime import Runtime
+    from rlix.core.suspension import ActiveReplicas
 
 SOCKET_ENV = "RLIX_AGENT_SOCKET"
 
@@ -137,3 +138,34 @@ def cap_torch_memory(device: Any = None) -> float | None:
     from rlix.client.budget import cap_torch_memory as cap
 
     return cap(device)
+
+
+def active_replicas(*, timeout_s: float = 5.0) -> ActiveReplicas | None:
+    """Which replicas of this job's elastic rollout role run now.
+
+    ``ActiveReplicas(role, replicas, min_replicas, active, suspended)``, the
+    indices as in the pod names (``<job>-<role>-<index>``). Route rollout work
+    only to ``active``. None without an agent, when the job declares no
+    elastic role, or before the conductor has said (treat it as "all").
+    """
+    link = _get().link
+    if link is None:
+        return None
+    from rlix.client.replicas import ask
+
+    return ask(link, timeout_s)
+
+
+def watch_active_replicas(
+    callback: Callable[[ActiveReplicas | None], None], *, interval_s: float = 1.0
+) -> Callable[[], None]:
+    """Call ``callback`` now and whenever the active replicas change (polled
+    every ``interval_s`` on a daemon thread); returns a function that stops it.
+    Without an agent the callback is called once, with None."""
+    link = _get().link
+    if link is None:
+        callback(None)
+        return lambda: None
+    from rlix.client.replicas import Watch
+
+    return Watch(link, callback, interval_s).stop

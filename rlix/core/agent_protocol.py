@@ -47,6 +47,9 @@ MAX_NUMBER_CHARS: Final = 24
 OP_HELLO: Final = "hello"  # {"hooks": [names], "parked": manifest|null}
 OP_PHASE: Final = "phase"  # {"phase": "rollout"}
 OP_USAGE: Final = "usage"  # {"gpu": 0, "memory_mib": 1024, "utilization": 0.5}; simulated only
+# {}; reply {"activeReplicas": ActiveReplicas document or null}: which replicas of
+# the caller's job's elastic rollout role run (rlix.io/active-replicas).
+OP_ACTIVE_REPLICAS: Final = "active-replicas"
 # Requests an operator-side controller sends (refused from inside a pod).
 # suspend-pod: {"pod_uid": "...", "target": Location (a target), "reason": Reason}
 OP_SUSPEND_POD: Final = "suspend-pod"
@@ -58,7 +61,7 @@ OP_RELEASE: Final = "release"  # {}; the agent holds a copy: free the exported m
 OP_REGROW: Final = "regrow"  # {"manifest"}; reallocate and export empty buffers to fill
 OP_RESUME: Final = "resume"  # {"manifest": {...}}; reply carries the checksums
 
-CLIENT_OPS: Final = frozenset({OP_HELLO, OP_PHASE, OP_USAGE})
+CLIENT_OPS: Final = frozenset({OP_HELLO, OP_PHASE, OP_USAGE, OP_ACTIVE_REPLICAS})
 CONTROL_OPS: Final = frozenset({OP_SUSPEND_POD, OP_RESUME_POD, OP_STATUS})
 AGENT_OPS: Final = frozenset({OP_SUSPEND, OP_RELEASE, OP_REGROW, OP_RESUME})
 
@@ -68,6 +71,7 @@ _FIELDS: Final[Mapping[str, frozenset[str]]] = {
     OP_HELLO: frozenset({"hooks", "client", "parked"}),
     OP_PHASE: frozenset({"phase"}),
     OP_USAGE: frozenset({"gpu", "memory_mib", "utilization"}),
+    OP_ACTIVE_REPLICAS: frozenset(),
     OP_SUSPEND_POD: frozenset({"pod_uid", "target", "reason"}),
     OP_RESUME_POD: frozenset({"pod_uid", "reason"}),
     OP_STATUS: frozenset(),

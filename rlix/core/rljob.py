@@ -236,6 +236,19 @@ class Mps(_Model):
     )
 
 
+class Elastic(_Model):
+    """An elastic rollout role: replicas above ``minReplicas`` may be lent.
+
+    The conductor may suspend those replicas in place (their memory parked, the
+    pods kept) to lend their GPUs, and resumes them; it never leaves fewer than
+    ``minReplicas`` running that way. The client library tells the trainer
+    which replicas are active (``rlix.active_replicas()``) so it routes work
+    only to them. docs/conductor.md, "Elastic rollout".
+    """
+
+    min_replicas: int = Field(ge=1, le=MAX_REPLICAS)
+
+
 class Role(_Model):
     """One kind of pod in the job, e.g. the policy trainer or the rollout workers.
 
@@ -274,6 +287,16 @@ class Role(_Model):
                     "message": "mps needs gpusPerReplica > 0 (MPS shares GPUs)",
                     "fieldPath": ".mps",
                 },
+                {
+                    "rule": "!has(self.elastic) || self.kind == 'rollout'",
+                    "message": "only a rollout role may be elastic",
+                    "fieldPath": ".elastic",
+                },
+                {
+                    "rule": "!has(self.elastic) || self.elastic.minReplicas <= self.replicas",
+                    "message": "minReplicas must not exceed the role's replicas",
+                    "fieldPath": ".elastic.minReplicas",
+                },
             ]
         }
     )
@@ -295,6 +318,11 @@ class Role(_Model):
     )
     gpu_memory: PhaseMemory | None = Field(default=None, alias="gpuMemoryMiB")
     mps: Mps | None = None
+    elastic: Elastic | None = Field(
+        default=None,
+        description="Rollout replicas above minReplicas may be suspended in place to lend "
+        "their GPUs (rollout roles of a job with preemptibleRollout only).",
+    )
 
     @property
     def gpus(self) -> int:
@@ -329,6 +357,12 @@ class RLJobSpec(_Model):
                     "rule": "self.roles.all(r, r.kind != 'trainer' || r.gpusPerReplica > 0)",
                     "message": "roles: a trainer role needs gpusPerReplica > 0",
                     "fieldPath": ".roles",
+                },
+                {
+                    "rule": "self.preemptibleRollout || !self.roles.exists(r, has(r.elastic))",
+                    "message": "roles: an elastic role's replicas are suspended in place, "
+                    "which preemptibleRollout false forbids",
+                    "fieldPath": ".preemptibleRollout",
                 },
                 {
                     "rule": "self.algorithm != 'GRPO' || !self.roles.exists(r, r.kind == 'critic')",

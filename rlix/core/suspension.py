@@ -42,6 +42,12 @@ ANNOTATION_AGENT_HEARTBEAT: Final = f"{GROUP}/agent-heartbeat"
 # desired state on the job's pods, or refuses it with an event and condition.
 ANNOTATION_REQUEST: Final = f"{GROUP}/suspension-request"
 
+# On every pod of a job with an elastic rollout role: which of its replicas
+# run (JSON, ActiveReplicas.to_json), written by the conductor; the node agent
+# hands it to the pod's processes (the client's ``rlix.active_replicas()``), so
+# the trainer routes work only to replicas that are not parked.
+ANNOTATION_ACTIVE_REPLICAS: Final = f"{GROUP}/active-replicas"
+
 # RLJob condition type: True while some pod of the job is suspended (or being
 # suspended); its reason and message say why, for whom and since when.
 CONDITION_SUSPENDED: Final = "Suspended"
@@ -63,6 +69,7 @@ class Reason(StrEnum):
     MANUAL = "Manual"  # a person asked (rlix suspend|resume rljob)
     PRIORITY = "Priority"  # a higher-priority job needs the memory
     PHASE_OVERFLOW = "PhaseOverflow"  # a co-resident's phase would exceed physical HBM
+    LEND = "Lend"  # an elastic rollout's replicas above its minimum lend their GPUs
     MEMORY_FREE = "MemoryFree"  # resume: its memory fits on its GPUs again
     AGED = "Aged"  # resume: suspended longer than the bound, it goes first
 
@@ -247,9 +254,79 @@ class PodSuspension:
         return self.observed is not None and self.observed.state is State.SUSPENDED
 
     @property
+    def active(self) -> bool:
+        """Runs with its memory on its GPUs and is not being asked to park.
+
+        What the trainer may route work to: a pod asked to park is inactive at
+        once (it parks at its next safe point), a parked pod asked back only
+        once the agent reports it resumed.
+        """
+        if self.suspended:
+            return False
+        observed = self.observed
+        return not (self.pending and observed is not None and observed.state is State.SUSPENDED)
+
+    @property
     def next_generation(self) -> int:
         seen = [s.generation for s in (self.desired, self.observed) if s is not None]
         return max(seen, default=0) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveReplicas:
+    """Which replicas of a job's elastic role run now (indices, as in the pod names)."""
+
+    role: str
+    replicas: int
+    min_replicas: int
+    active: tuple[int, ...]
+    suspended: tuple[int, ...]  # parked, being parked, or not yet back
+
+    def to_json(self) -> str:
+        doc = {
+            "role": self.role,
+            "replicas": self.replicas,
+            "minReplicas": self.min_replicas,
+            "active": list(self.active),
+            "suspended": list(self.suspended),
+        }
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+    def to_doc(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.to_json())
+        return doc
+
+    @classmethod
+    def parse(cls, raw: str) -> ActiveReplicas:
+        return cls.from_doc(_object(ANNOTATION_ACTIVE_REPLICAS, raw))
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> ActiveReplicas:
+        what = ANNOTATION_ACTIVE_REPLICAS
+        counts = {}
+        for field in ("replicas", "minReplicas"):
+            value = doc.get(field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SuspensionError(f"{what}: {field!r} must be a non-negative integer")
+            counts[field] = value
+        lists = {}
+        for field in ("active", "suspended"):
+            value = doc.get(field)
+            if not isinstance(value, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < counts["replicas"]
+                for i in value
+            ):
+                raise SuspensionError(
+                    f"{what}: {field!r} must be a list of replica indices below 'replicas'"
+                )
+            lists[field] = tuple(sorted(value))
+        return cls(
+            role=_text(what, doc, "role"),
+            replicas=counts["replicas"],
+            min_replicas=counts["minReplicas"],
+            active=lists["active"],
+            suspended=lists["suspended"],
+        )
 
 
 def _object(what: str, raw: str) -> dict[str, Any]:

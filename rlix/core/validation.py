@@ -96,6 +96,7 @@ def spec_errors(spec: RLJobSpec) -> list[FieldError]:
             errors.append(FieldError(f"{where}.gpuMemoryMiB", "needs gpusPerReplica > 0"))
         if role.mps is not None:
             errors += _mps_errors(role, where)
+        errors += _elastic_errors(spec, role, where)
         if spec.algorithm is Algorithm.GRPO and role.kind is RoleKind.CRITIC:
             errors.append(FieldError(f"{where}.kind", "GRPO has no critic; use algorithm PPO"))
         if (role.image is None) == (role.template is None):
@@ -138,6 +139,32 @@ def _mps_errors(role: Role, where: str) -> list[FieldError]:
                     "this volume name is RLix's (the node's MPS directory)",
                 )
             )
+    return errors
+
+
+def _elastic_errors(spec: RLJobSpec, role: Role, where: str) -> list[FieldError]:
+    if role.elastic is None:
+        return []
+    errors = []
+    if role.kind is not RoleKind.ROLLOUT:
+        errors.append(
+            FieldError(f"{where}.elastic", f"only a rollout role may be elastic, not {role.kind}")
+        )
+    if role.elastic.min_replicas > role.replicas:
+        errors.append(
+            FieldError(
+                f"{where}.elastic.minReplicas",
+                f"{role.elastic.min_replicas} exceeds the role's {role.replicas} replicas",
+            )
+        )
+    if not spec.preemptible_rollout:
+        errors.append(
+            FieldError(
+                "spec.preemptibleRollout",
+                f"role {role.name!r} is elastic: its replicas are suspended in place, "
+                "which preemptibleRollout false forbids",
+            )
+        )
     return errors
 
 

@@ -16,7 +16,10 @@ Each pass:
 3. runs the core's decision (:func:`rlix.core.policy.conduct.decide`) and writes
    its suspensions and resumes;
 4. writes each concerned job's ``Suspended`` condition: who, why, for whom,
-   since when, how many bytes parked.
+   since when, how many bytes parked;
+5. writes, on every pod of a job with an elastic rollout role, which of its
+   replicas run (``rlix.io/active-replicas``): the node agent hands it to the
+   pod's processes, so the trainer routes work only to active replicas.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from rlix.core.policy.port import PlacementPolicy
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import ConditionStatus
 from rlix.core.suspension import (
+    ANNOTATION_ACTIVE_REPLICAS,
     ANNOTATION_DESIRED,
     CONDITION_SUSPENDED,
     DesiredSuspension,
@@ -53,9 +57,11 @@ from rlix.operator.recording import Recorder
 from rlix.operator.statuses import parse_time, rfc3339, with_condition
 from rlix.operator.store import Store
 from rlix.operator.suspensions import (
+    active_replicas,
     agent_alive,
     annotations_of,
     decide_on_cluster,
+    elastic_rollout,
     request_of,
     suspension_of,
 )
@@ -92,6 +98,7 @@ class Conductor:
         await self._requests(now)
         await self._decide(now)
         await self._conditions(now)
+        await self._rosters()
 
     # -- 1. what the agents reported ----------------------------------------------
     async def _account(self) -> None:
@@ -185,14 +192,18 @@ class Conductor:
 
     # -- 3. the policy's decisions ------------------------------------------------
     async def _decide(self, now: datetime) -> None:
-        waiting, held = [], set()
+        waiting, held, elastic = [], set(), {}
         for key, body in list(self.store.jobs.items()):
             request = request_of(body)
             if request is not None and request.state is State.SUSPENDED:
                 held.add(key)
             job, errors = self.store.job(key)
-            if job is not None and not errors and job.status.state in WAITING:
+            if job is None or errors:
+                continue
+            if job.status.state in WAITING:
                 waiting.append(gang_request(job))
+            elif (rollout := elastic_rollout(job)) is not None:
+                elastic[key] = rollout
         pods = list(self.store.all_pods())
         actions = await asyncio.to_thread(
             decide_on_cluster,
@@ -204,6 +215,7 @@ class Conductor:
             held=frozenset(held),
             config=self.config,
             gpu_indices=self._planned_gpus(),
+            elastic=elastic,
         )
         by_name = {f"{p['metadata'].get('namespace')}/{p['metadata']['name']}": p for p in pods}
         for action in actions:
@@ -315,6 +327,27 @@ class Conductor:
                 generation=job.metadata.get("generation"),
             )
             await self.recorder.status(key, job.status, new)
+
+    # -- 5. the active replicas of elastic jobs ------------------------------------
+    async def _rosters(self) -> None:
+        for key in list(self.store.jobs):
+            job, errors = self.store.job(key)
+            if job is None or errors:
+                continue
+            pods = list(self.store.pods_of(key).values())
+            roster = active_replicas(job, pods)
+            if roster is None:
+                continue
+            doc = roster.to_json()
+            for pod in pods:
+                if annotations_of(pod).get(ANNOTATION_ACTIVE_REPLICAS) == doc:
+                    continue
+                meta = pod["metadata"]
+                result = await self.kube.patch_pod_annotations(
+                    meta["namespace"], meta["name"], {ANNOTATION_ACTIVE_REPLICAS: doc}
+                )
+                if result is not None:
+                    self.store.put_pod(result)
 
 
 def _condition(

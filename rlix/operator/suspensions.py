@@ -15,13 +15,15 @@ from typing import Any
 
 from rlix.core import names
 from rlix.core.policy.admission import GangRequest
-from rlix.core.policy.conduct import Action, ConductConfig, JobClock, decide
+from rlix.core.policy.conduct import Action, ConductConfig, ElasticRollout, JobClock, decide
 from rlix.core.policy.port import PlacementPolicy
+from rlix.core.rljob import RLJob
 from rlix.core.snapshot import ClusterSnapshot
 from rlix.core.suspension import (
     AGENT_STALE_S,
     ANNOTATION_AGENT_HEARTBEAT,
     ANNOTATION_REQUEST,
+    ActiveReplicas,
     PodSuspension,
     State,
     SuspensionError,
@@ -131,6 +133,7 @@ def decide_on_cluster(
     held: frozenset[str] = frozenset(),
     config: ConductConfig | None = None,
     gpu_indices: Mapping[str, tuple[int, ...]] | None = None,
+    elastic: Mapping[str, ElasticRollout] | None = None,
 ) -> tuple[Action, ...]:
     """The core's decision on the watched objects: what the conductor acts on."""
     snapshot = conduct_snapshot(nodes, pods, gpu_indices)
@@ -144,6 +147,43 @@ def decide_on_cluster(
         now=now.timestamp(),
         config=config or ConductConfig(),
         held=held,
+        elastic=elastic,
+    )
+
+
+def elastic_rollout(job: RLJob) -> ElasticRollout | None:
+    """The job's elastic rollout role, as the core's decision takes it (None: not elastic)."""
+    for role in job.spec.roles:
+        if role.elastic is not None:
+            return ElasticRollout(role=role.name, min_replicas=role.elastic.min_replicas)
+    return None
+
+
+def active_replicas(job: RLJob, pods: Iterable[Body]) -> ActiveReplicas | None:
+    """Which replicas of the job's elastic role run, from its pods' suspension state.
+
+    A replica whose pod does not exist (yet) or has finished is in neither list.
+    """
+    rollout = elastic_rollout(job)
+    role = job.spec.role(rollout.role) if rollout is not None else None
+    if rollout is None or role is None:
+        return None
+    active: list[int] = []
+    parked: list[int] = []
+    for body in pods:
+        meta = body.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        index = str(labels.get(names.LABEL_REPLICA_INDEX, ""))
+        finished = (body.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if labels.get(names.LABEL_ROLE) != role.name or not index.isdigit() or finished:
+            continue
+        (active if suspension_of(body).active else parked).append(int(index))
+    return ActiveReplicas(
+        role=role.name,
+        replicas=role.replicas,
+        min_replicas=rollout.min_replicas,
+        active=tuple(sorted(i for i in active if i < role.replicas)),
+        suspended=tuple(sorted(i for i in parked if i < role.replicas)),
     )
 
 

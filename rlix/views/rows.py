@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rlix.core import names
 from rlix.core.objects import (
     NodeFacts,
     ObjectError,
@@ -24,6 +25,7 @@ from rlix.core.objects import (
     read_rljob,
 )
 from rlix.core.phases import Phase
+from rlix.core.suspension import CONDITION_SUSPENDED, PodSuspension, State
 
 Obj = Mapping[str, Any]
 
@@ -103,6 +105,21 @@ class JobRow:
     suspended: int
     parked_mib: int
     age: str
+    # The Suspended condition's reason: why pods are parked ("Lend"), or why a
+    # suspension was refused ("refused: AgentDown"); "-" when neither.
+    suspension: str = "-"
+
+
+def _suspension_condition(status: Mapping[str, Any]) -> str:
+    for c in status.get("conditions") or []:
+        if not isinstance(c, Mapping) or c.get("type") != CONDITION_SUSPENDED:
+            continue
+        reason = str(c.get("reason") or "")[:64]
+        if c.get("status") == "True" and reason:
+            return reason
+        if c.get("status") == "False" and reason and reason != "Running":
+            return f"refused: {reason}"
+    return "-"
 
 
 def job_rows(rljobs: Iterable[Obj], pods: Iterable[Obj], now: datetime) -> list[JobRow]:
@@ -132,9 +149,77 @@ def job_rows(rljobs: Iterable[Obj], pods: Iterable[Obj], now: datetime) -> list[
                 suspended=len(suspended),
                 parked_mib=sum(_parked(p) for p in suspended),
                 age=age(meta.get("creationTimestamp"), now),
+                suspension=_suspension_condition(status),
             )
         )
     return sorted(rows, key=lambda r: (r.namespace, r.name))
+
+
+@dataclass(frozen=True)
+class SuspensionRow:
+    """Pods of one job parked (or being parked, or on their way back) for one reason."""
+
+    namespace: str
+    job: str
+    pods: tuple[str, ...]
+    state: str  # "parking" (asked, not yet done), "parked", "resuming"
+    reason: str  # Manual, Priority, Lend, PhaseOverflow, Aged, MemoryFree
+    requester: str  # for whom ("ns/job", or "user")
+    since: str  # RFC 3339: when the conductor asked
+    age: str
+    parked_bytes: int
+
+
+_STATES = {
+    (True, State.SUSPENDED): "parking",  # asked, the agent has not answered yet
+    (True, State.RUNNING): "resuming",  # asked back, not yet back
+    (False, State.SUSPENDED): "parked",
+    (False, State.RUNNING): "parked",  # a resume that failed: still parked (retried)
+}
+
+
+def suspension_rows(pods: Iterable[Obj], now: datetime) -> list[SuspensionRow]:
+    """What the conductor protocol's annotations say is parked, per job and reason.
+
+    Read from the pods' ``rlix.io/desired-suspension`` and
+    ``rlix.io/observed-suspension`` (docs/conductor.md): a pod counts from the
+    moment it is asked to park until the agent reports it resumed.
+    """
+    groups: dict[tuple[str, str, str, str, str], list[tuple[str, PodSuspension]]] = {}
+    for body in pods:
+        meta = body.get("metadata") or {}
+        notes = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
+        if not isinstance(notes, Mapping) or not isinstance(labels, Mapping):
+            continue
+        s = PodSuspension.of({str(k): str(v) for k, v in notes.items()})
+        d, o = s.desired, s.observed
+        if d is None or not (s.suspended or (o is not None and o.state is State.SUSPENDED)):
+            continue
+        state = _STATES[(s.pending, d.state)]
+        ns = str(meta.get("namespace") or "default")
+        job = str(labels.get(names.LABEL_JOB) or "-")
+        key = (ns, job, state, d.reason, d.requester)
+        groups.setdefault(key, []).append((str(meta.get("name") or ""), s))
+    rows = []
+    for (ns, job, state, reason, requester), members in groups.items():
+        since = min(
+            (s.desired.since for _, s in members if s.desired and s.desired.since), default=""
+        )
+        rows.append(
+            SuspensionRow(
+                namespace=ns,
+                job=job,
+                pods=tuple(sorted(name for name, _ in members)),
+                state=state,
+                reason=reason,
+                requester=requester or "-",
+                since=since or "-",
+                age=age(since, now) if since else "-",
+                parked_bytes=sum(s.observed.parked_bytes for _, s in members if s.observed),
+            )
+        )
+    return sorted(rows, key=lambda r: (r.namespace, r.job, r.state, r.reason))
 
 
 @dataclass(frozen=True)

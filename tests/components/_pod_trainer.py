@@ -2,7 +2,7 @@
 
 A small torch model and Adam, registered with rlix; waits for one stdin line
 (the test puts this PID in a pod), then answers commands on stdin with one JSON
-line each: live, digest, connected, "phase NAME", train.
+line each: live, digest, connected, "phase NAME", train, replicas.
 """
 
 import ctypes
@@ -62,6 +62,12 @@ for line in sys.stdin:
     elif cmd.startswith("phase "):
         with rlix.phase(cmd.split()[1]):
             out(event="in-phase", digest=digest())
+    elif cmd == "replicas":
+        roster = rlix.active_replicas()
+        if roster is None:
+            out(event="replicas", roster=None)
+        else:
+            out(event="replicas", roster=[roster.role, list(roster.active), list(roster.suspended)])
     elif cmd == "train":
         with rlix.phase("training"):
             step()

@@ -16,11 +16,14 @@ from typing import Any
 
 from rlix.agent.conducting import Conducting, NodePod
 from rlix.agent.preemption import rfc3339
+from rlix.agent.rosters import Rosters
 from rlix.core import agent_protocol as proto
 from rlix.core.suspension import (
+    ANNOTATION_ACTIVE_REPLICAS,
     ANNOTATION_AGENT_HEARTBEAT,
     ANNOTATION_DESIRED,
     ANNOTATION_OBSERVED,
+    ActiveReplicas,
     DesiredSuspension,
     ObservedSuspension,
     Outcome,
@@ -164,3 +167,22 @@ def test_a_failed_resume_is_retried_until_the_memory_is_back() -> None:
     conducting.pass_once()
     assert pods.observed().outcome is Outcome.RESUMED
     assert executor.calls == [f"resume {UID}", f"resume {UID}"]
+
+
+def test_each_pass_hands_the_pods_rosters_to_the_socket() -> None:
+    pods, executor, book = Pods(), FakeExecutor(), Rosters()
+    conducting = Conducting(
+        node="node-a",
+        pods=pods,
+        executor=executor,
+        publisher=pods,
+        now=Clock(),
+        rfc3339=rfc3339,
+        rosters=book,
+    )
+    conducting.pass_once()
+    assert book.of(UID) is None
+    roster = ActiveReplicas("rollout", 2, 1, (0,), (1,))
+    pods.notes[ANNOTATION_ACTIVE_REPLICAS] = roster.to_json()
+    conducting.pass_once()
+    assert book.of(UID) == roster

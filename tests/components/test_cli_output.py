@@ -21,7 +21,7 @@ from rlix.cli import describe, scope, top
 from rlix.cli.completion import bash_script
 from rlix.cli.main import build_parser, main
 from rlix.views.kube import ClusterView
-from tests.components.test_cli_views import node, pod, rljob
+from tests.components.test_cli_views import lent, node, pod, rljob, ts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,6 +125,22 @@ def test_wide_adds_columns() -> None:
     assert "PARKED" in wide and "MEM FREE" in wide
     assert "58.6 GiB" in wide  # the 60000 MiB parked, in the job's PARKED column
     assert "612 GiB" in wide  # 640 GiB of HBM on n0, 28 GiB in use
+
+
+def test_top_shows_who_is_suspended_why_for_whom_and_since_when() -> None:
+    view = _view()
+    tail = pod("grpo-rollout-1", "grpo", memory={"rollout": 30000})
+    lent(tail, generation=1, done=True)
+    view = ClusterView(rljobs=view.rljobs, pods=[*view.pods, tail], nodes=view.nodes)
+    table = _table(view, wide=False)
+    assert "Suspensions" in table and "SUSPENSION" in table
+    (line,) = [row for row in table.splitlines() if "grpo-rollout-1" in row]
+    for cell in ("parked", "Lend", "ns/high", ts(120), "3.0 GiB"):
+        assert cell in line, (cell, line)
+    (data,) = top.frame_data(view)["suspensions"]
+    assert data["pods"] == ["grpo-rollout-1"] and data["parkedBytes"] == 3 << 30
+    assert data["reason"] == "Lend" and data["requester"] == "ns/high"
+    assert "Suspensions" not in _table(_view(), wide=False), "nothing parked: no table"
 
 
 def test_describe_data_carries_the_object_pods_and_events() -> None:

@@ -10,6 +10,15 @@ import pytest
 
 from rlix.cli import describe
 from rlix.core import names
+from rlix.core.suspension import (
+    ANNOTATION_DESIRED,
+    ANNOTATION_OBSERVED,
+    CONDITION_SUSPENDED,
+    DesiredSuspension,
+    ObservedSuspension,
+    Outcome,
+    State,
+)
 from rlix.views import rows as views
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -167,3 +176,50 @@ def test_describe_prints_roles_conditions_pods() -> None:
     assert "rollout 90s (75%)" in text
     line = next(x for x in text.splitlines() if x.strip().startswith("a-rollout-0"))
     assert line.split()[-1] == "yes"
+
+
+def lent(body: dict[str, Any], *, generation: int, done: bool, back: bool = False) -> None:
+    """Give a pod the conductor protocol's annotations: asked to park (or back)."""
+    want = State.RUNNING if back else State.SUSPENDED
+    reason = "MemoryFree" if back else "Lend"
+    desired = DesiredSuspension(generation, want, reason, "ns/high", since=ts(120))
+    notes = body["metadata"]["annotations"]
+    notes[ANNOTATION_DESIRED] = desired.to_json()
+    if done or back:
+        seen = ObservedSuspension(1, State.SUSPENDED, Outcome.SUSPENDED, 3 << 30, at=ts(110))
+        notes[ANNOTATION_OBSERVED] = seen.to_json()
+
+
+def test_suspension_rows_say_who_is_parked_why_for_whom_and_since_when() -> None:
+    pods = [pod(f"a-rollout-{i}", "a") for i in range(4)]
+    lent(pods[1], generation=1, done=True)
+    lent(pods[2], generation=1, done=True)
+    lent(pods[3], generation=1, done=False)  # asked, the agent has not answered
+    other = pod("b-rollout-0", "b")
+    lent(other, generation=2, done=True, back=True)  # asked back, not yet back
+    rows = views.suspension_rows([*pods, other], NOW)
+    got = [(r.job, r.pods, r.state, r.reason, r.requester, r.age, r.parked_bytes) for r in rows]
+    assert got == [
+        ("a", ("a-rollout-1", "a-rollout-2"), "parked", "Lend", "ns/high", "2m", 6 << 30),
+        ("a", ("a-rollout-3",), "parking", "Lend", "ns/high", "2m", 0),
+        ("b", ("b-rollout-0",), "resuming", "MemoryFree", "ns/high", "2m", 3 << 30),
+    ]
+    assert rows[0].since == ts(120)
+    garbage = pod("c-rollout-0", "c")
+    garbage["metadata"]["annotations"][ANNOTATION_DESIRED] = "{not json"
+    assert views.suspension_rows([pods[0], garbage], NOW) == [], "nothing asked: nothing shown"
+
+
+def test_job_rows_carry_the_suspended_conditions_reason() -> None:
+    job = rljob("a", "Running")
+    condition = {
+        "type": CONDITION_SUSPENDED, "status": "True", "reason": "Lend",
+        "message": "suspended in place for ns/high", "lastTransitionTime": ts(60),
+    }  # fmt: skip
+    job["status"]["conditions"].append(condition)
+    refused = rljob("b", "Running")
+    refused["status"]["conditions"].append({**condition, "status": "False", "reason": "AgentDown"})
+    calm = rljob("c", "Running")
+    calm["status"]["conditions"].append({**condition, "status": "False", "reason": "Running"})
+    rows = views.job_rows([job, refused, calm, rljob("d", "Running")], [], NOW)
+    assert [r.suspension for r in rows] == ["Lend", "refused: AgentDown", "-", "-"]

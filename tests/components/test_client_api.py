@@ -16,6 +16,7 @@ def test_public_surface_is_pinned() -> None:
     assert rlix.__all__ == [
         "Phase",
         "__version__",
+        "active_replicas",
         "agent_connected",
         "cap_torch_memory",
         "configure",
@@ -27,6 +28,7 @@ def test_public_surface_is_pinned() -> None:
         "report_usage",
         "safe_point",
         "suspended",
+        "watch_active_replicas",
     ]
     for name in rlix.__all__:
         assert hasattr(rlix, name), name

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from rlix.core import names
+from rlix.core.rljob import RLJob
 from rlix.core.suspension import (
     ANNOTATION_AGENT_HEARTBEAT,
     ANNOTATION_DESIRED,
     ANNOTATION_OBSERVED,
+    ActiveReplicas,
     DesiredSuspension,
     ObservedSuspension,
     Outcome,
     State,
 )
-from rlix.operator.suspensions import agent_alive, conduct_snapshot, job_clocks
+from rlix.operator.suspensions import (
+    active_replicas,
+    agent_alive,
+    conduct_snapshot,
+    elastic_rollout,
+    job_clocks,
+)
 from tests.builders.objects import node_object, pod_object
 from tests.builders.placement import node, pod
 
@@ -67,3 +76,40 @@ def test_an_agent_is_alive_only_with_a_fresh_heartbeat() -> None:
     assert not agent_alive(with_beat(NOW - timedelta(minutes=5)), NOW)
     assert not agent_alive(with_beat(None), NOW)
     assert not agent_alive(None, NOW)
+
+
+def _elastic_job(min_replicas: int | None) -> RLJob:
+    rollout: dict[str, object] = {
+        "name": "gen", "kind": "rollout", "replicas": 3, "image": "x",
+        "gpuMemoryMiB": {"rollout": 1},
+    }  # fmt: skip
+    if min_replicas is not None:
+        rollout["elastic"] = {"minReplicas": min_replicas}
+    trainer = {"name": "policy", "kind": "trainer", "image": "x", "gpuMemoryMiB": {"training": 1}}
+    return RLJob.model_validate(
+        {"metadata": {"name": "j", "namespace": "default"}, "spec": {"roles": [trainer, rollout]}}
+    )
+
+
+def test_the_active_replicas_of_an_elastic_job_follow_its_pods_suspension_state() -> None:
+    asked = DesiredSuspension(1, State.SUSPENDED, "Lend")
+    back = DesiredSuspension(2, State.RUNNING, "MemoryFree")
+    parked = ObservedSuspension(1, State.SUSPENDED, Outcome.SUSPENDED, 10)
+    pods = [_pod("j-policy-0")]
+    for i, notes in enumerate(
+        [
+            {},  # never asked: runs
+            {ANNOTATION_DESIRED: asked.to_json()},  # asked to park: no new work
+            {ANNOTATION_DESIRED: back.to_json(), ANNOTATION_OBSERVED: parked.to_json()},
+        ]
+    ):
+        body = _pod(f"j-gen-{i}", **notes)
+        body["metadata"]["labels"].update(  # type: ignore[index]
+            {names.LABEL_ROLE: "gen", names.LABEL_REPLICA_INDEX: str(i)}
+        )
+        pods.append(body)
+    job = _elastic_job(1)
+    rollout = elastic_rollout(job)
+    assert rollout is not None and (rollout.role, rollout.min_replicas) == ("gen", 1)
+    assert active_replicas(job, pods) == ActiveReplicas("gen", 3, 1, (0,), (1, 2))
+    assert active_replicas(_elastic_job(None), pods) is None, "not elastic: nothing said"

@@ -6,8 +6,10 @@ import pytest
 
 from rlix.core.agent_protocol import Location, Place
 from rlix.core.suspension import (
+    ANNOTATION_ACTIVE_REPLICAS,
     ANNOTATION_DESIRED,
     ANNOTATION_OBSERVED,
+    ActiveReplicas,
     DesiredSuspension,
     ObservedSuspension,
     Outcome,
@@ -79,3 +81,28 @@ def test_what_counts_as_parked() -> None:
     assert _pod(None, None) == PodSuspension(None, None)
     garbled = PodSuspension.of({ANNOTATION_DESIRED: "{", ANNOTATION_OBSERVED: "[]"})
     assert garbled == PodSuspension(None, None)
+
+
+def test_active_replicas_round_trip_and_bad_input_is_named() -> None:
+    doc = ActiveReplicas("rollout", 3, 1, (0, 1), (2,))
+    assert ActiveReplicas.parse(doc.to_json()) == doc
+    assert ActiveReplicas.from_doc(doc.to_doc()) == doc
+    with pytest.raises(SuspensionError, match=f"{ANNOTATION_ACTIVE_REPLICAS}: 'active'"):
+        ActiveReplicas.parse(
+            '{"role":"r","replicas":2,"minReplicas":1,"active":[2],"suspended":[]}'
+        )
+    with pytest.raises(SuspensionError, match="'minReplicas'"):
+        ActiveReplicas.parse('{"role":"r","replicas":2,"active":[],"suspended":[]}')
+
+
+def test_a_pod_is_active_until_asked_to_park_and_again_only_once_resumed() -> None:
+    def state(desired: State | None, observed: State | None, pending: bool) -> PodSuspension:
+        d = DesiredSuspension(2 if pending else 1, desired, "Lend") if desired else None
+        o = ObservedSuspension(1, observed, Outcome.SUSPENDED) if observed else None
+        return PodSuspension(d, o)
+
+    assert state(None, None, False).active
+    assert not state(State.SUSPENDED, None, True).active, "asked to park: no new work"
+    assert not state(State.SUSPENDED, State.SUSPENDED, False).active
+    assert not state(State.RUNNING, State.SUSPENDED, True).active, "not back yet"
+    assert state(State.RUNNING, State.RUNNING, False).active

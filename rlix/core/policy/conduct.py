@@ -19,6 +19,11 @@ The rules, in the order they are applied:
    ``min_run_s`` ago (no ping-pong). RLix-managed victims are parked in place;
    a victim RLix cannot park (no ``rlix.io/job``) is evicted, and the action
    says so: eviction is the fallback, never the first choice.
+   Before any whole job is parked, an *elastic* rollout lends: the replicas
+   above its ``minReplicas`` (highest replica index first, lowest priority
+   job first) are parked alone, never below the minimum, when that is enough
+   for the waiting gang (reason ``Lend``); the lender's trainer and its other
+   replicas run on.
 3. **Physical HBM.** On every GPU the memory its running (not parked) pods
    need in their current phases stays within the GPU's physical memory: when a
    phase change would overflow it, the lower-priority preemptible co-residents
@@ -77,6 +82,14 @@ class JobClock:
 
     suspended_at: float | None = None
     resumed_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticRollout:
+    """A job's elastic rollout role: replicas above ``min_replicas`` may be lent."""
+
+    role: str
+    min_replicas: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,16 +153,18 @@ def decide(
     now: float,
     config: ConductConfig = ConductConfig(),
     held: frozenset[str] = frozenset(),
+    elastic: Mapping[str, ElasticRollout] | None = None,
 ) -> tuple[Action, ...]:
     """Everything the conductor should do now, in the order it should be done.
 
     ``held`` names jobs a person parked (``rlix suspend rljob``): they come
-    back only when a person says so, never by this policy.
+    back only when a person says so, never by this policy. ``elastic`` names
+    the jobs whose rollout role may lend replicas above its minimum.
     """
     actions: list[Action] = []
     trial = _protect(snapshot, clocks, now, config)
     trial = _resume_aged(trial, clocks=clocks, now=now, config=config, actions=actions, held=held)
-    trial = _admit_by_priority(trial, waiting, policy, actions)
+    trial = _admit_by_priority(trial, waiting, policy, actions, elastic or {})
     trial = _keep_within_hbm(trial, actions)
     _resume_when_free(trial, clocks=clocks, now=now, config=config, actions=actions, held=held)
     return tuple(actions)
@@ -339,6 +354,7 @@ def _admit_by_priority(
     waiting: Sequence[GangRequest],
     policy: PlacementPolicy,
     actions: list[Action],
+    elastic: Mapping[str, ElasticRollout],
 ) -> ClusterSnapshot:
     for request in queue_order(waiting):
         admission, after = place_gang(trial, request, policy)
@@ -353,6 +369,33 @@ def _admit_by_priority(
         )
         admission, after = place_gang(headroom, request, policy)
         if admission.admitted:
+            for placement in admission.placements:
+                pod = next(p for p in request.pods if p.name == placement.pod)
+                trial = trial.with_workload(bind(pod, placement))
+            continue
+        lent = _lend(trial, request, policy, elastic)
+        if lent is not None:
+            admission, loans = lent
+            for job, pods in loans.items():
+                actions.append(
+                    Action(
+                        Kind.SUSPEND,
+                        job,
+                        pods,
+                        Reason.LEND,
+                        request.job,
+                        f"elastic rollout replicas above its minimum lent so that {request.job} "
+                        f"(priority {request.priority}) fits",
+                    )
+                )
+            lent_pods = {p for pods in loans.values() for p in pods}
+            trial = replace(
+                trial,
+                workloads=tuple(
+                    replace(w, suspended=True) if w.name in lent_pods else w
+                    for w in trial.workloads
+                ),
+            )
             for placement in admission.placements:
                 pod = next(p for p in request.pods if p.name == placement.pod)
                 trial = trial.with_workload(bind(pod, placement))
@@ -379,6 +422,72 @@ def _admit_by_priority(
             pod = next(p for p in request.pods if p.name == placement.pod)
             trial = trial.with_workload(bind(pod, placement))
     return trial
+
+
+def _replica_index(w: Workload) -> int:
+    """The replica index a pod's name ends in (``<job>-<role>-<index>``), or -1."""
+    _, _, tail = w.name.rpartition("-")
+    return int(tail) if tail.isdigit() else -1
+
+
+def _spare(trial: ClusterSnapshot, job: str, rollout: ElasticRollout) -> list[Workload]:
+    """The job's running elastic replicas above its minimum, the tail (highest index) first.
+
+    The lowest-indexed ``min_replicas`` running replicas always stay. Empty when
+    the job may not be parked now (a resume less than ``min_run_s`` ago, or not
+    preemptible).
+    """
+    running = sorted(
+        (
+            w
+            for w in trial.workloads
+            if w.job == job and w.role == rollout.role and not w.suspended and w.node is not None
+        ),
+        key=_replica_index,
+    )
+    if not all(w.preemptible for w in running):
+        return []
+    return list(reversed(running[rollout.min_replicas :]))
+
+
+def _lend(
+    trial: ClusterSnapshot,
+    request: GangRequest,
+    policy: PlacementPolicy,
+    elastic: Mapping[str, ElasticRollout],
+) -> tuple[Admission, dict[str, tuple[str, ...]]] | None:
+    """Park only elastic replicas above their minimum, if that is enough for ``request``.
+
+    Lenders are lower-priority jobs, lowest priority first, each one's tail
+    first; replicas are taken until the gang fits, then any taken replica the
+    gang does not need is given back (so a tail on a node the gang does not
+    use keeps running). None when all the spare replicas together are not enough.
+    """
+    lenders = [
+        (w.priority, job, w)
+        for job, rollout in elastic.items()
+        for w in _spare(trial, job, rollout)
+        if w.priority < request.priority
+    ]
+    lenders.sort(key=lambda item: (item[0], item[1]))  # stable: each tail stays in order
+    taken: list[Workload] = []
+    admission: Admission | None = None
+    for _, _, w in lenders:
+        taken.append(w)
+        admission, _ = place_gang(trial.without(t.name for t in taken), request, policy)
+        if admission.admitted:
+            break
+    if admission is None or not admission.admitted:
+        return None
+    for w in list(reversed(taken)):
+        fewer = [t for t in taken if t is not w]
+        attempt, _ = place_gang(trial.without(t.name for t in fewer), request, policy)
+        if attempt.admitted:
+            taken, admission = fewer, attempt
+    loans: dict[str, list[str]] = {}
+    for w in taken:
+        loans.setdefault(w.job, []).append(w.name)
+    return admission, {job: tuple(sorted(pods)) for job, pods in sorted(loans.items())}
 
 
 def _keep_within_hbm(trial: ClusterSnapshot, actions: list[Action]) -> ClusterSnapshot:
