@@ -24,16 +24,13 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, events_for, get_json, rljob_condition, rljob_state, wait_for
+from e2e.kube import apply, events_for, get_json, rljob_state, wait_for
+from e2e.suspensions import condition, finish, observed, pod_suspension
 from rlix.cli.main import main as rlix
 from rlix.core import names
 from rlix.core.suspension import (
     ANNOTATION_AGENT_HEARTBEAT,
     ANNOTATION_DESIRED,
-    ANNOTATION_OBSERVED,
-    CONDITION_SUSPENDED,
-    DesiredSuspension,
-    ObservedSuspension,
 )
 from tests.components.pod_processes import Trainer, wait_connected
 from tests.support.agent_fakes import AgentProcess
@@ -74,50 +71,6 @@ def running_job(cluster: Any, namespace: str, name: str, **kw: Any) -> dict[str,
     apply(cluster, namespace, rljob(name, **kw))
     wait_for(f"{name} Running", lambda: rljob_state(cluster, namespace, name) == "Running")
     return dict(get_json(cluster, "pod", f"{name}-rollout-0", "-n", namespace))
-
-
-def pod_suspension(
-    cluster: Any, namespace: str, pod: str
-) -> tuple[DesiredSuspension | None, ObservedSuspension | None, str]:
-    body = get_json(cluster, "pod", pod, "-n", namespace)
-    notes = body["metadata"].get("annotations") or {}
-    desired = notes.get(ANNOTATION_DESIRED)
-    observed = notes.get(ANNOTATION_OBSERVED)
-    return (
-        DesiredSuspension.parse(desired) if desired else None,
-        ObservedSuspension.parse(observed) if observed else None,
-        str(body["metadata"]["uid"]),
-    )
-
-
-def observed(cluster: Any, namespace: str, pod: str, outcome: str) -> ObservedSuspension:
-    def probe() -> ObservedSuspension | None:
-        desired, seen, _ = pod_suspension(cluster, namespace, pod)
-        ok = seen is not None and desired is not None and seen.generation == desired.generation
-        return seen if ok and seen is not None and seen.outcome.value == outcome else None
-
-    return wait_for(f"{pod}: {outcome} observed", probe, timeout_s=90)
-
-
-def condition(
-    cluster: Any, namespace: str, job: str, status: str, reason: str, *, says: str = ""
-) -> dict[str, Any]:
-    """Wait for the job's Suspended condition (and a message that ``says`` this)."""
-
-    def probe() -> dict[str, Any] | None:
-        c = rljob_condition(cluster, namespace, job, CONDITION_SUSPENDED)
-        ok = c and c["status"] == status and c["reason"] == reason and says in c["message"]
-        return c if ok else None
-
-    return wait_for(f"{job}: {CONDITION_SUSPENDED}={status} ({reason})", probe, timeout_s=60)
-
-
-def finish(cluster: Any, namespace: str, job: str) -> None:
-    cluster.kubectl(
-        "patch", "pod", f"{job}-policy-0", "-n", namespace, "--subresource=status",
-        "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}',
-    )  # fmt: skip
-    wait_for(f"{job} Succeeded", lambda: rljob_state(cluster, namespace, job) == "Succeeded")
 
 
 def start_agent(cluster: Any, node: str, root: Path) -> AgentProcess:

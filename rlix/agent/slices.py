@@ -92,7 +92,13 @@ class SlicePublisher:
             )
         self._api.patch_node_annotations(
             node=self._node,
-            annotations={names.ANNOTATION_NODE_GPU_CLAIMS: "true" if shares else None},
+            annotations={
+                names.ANNOTATION_NODE_GPU_CLAIMS: "true" if shares else None,
+                # Admission's headroom for parked memory (rlix.core.policy.placement.loads).
+                names.ANNOTATION_NODE_MEMORY_OVERCOMMIT: f"{self._overcommit:g}"
+                if shares
+                else None,
+            },
         )
         self.shares = shares
         self._published = inventory
@@ -101,7 +107,11 @@ class SlicePublisher:
         """Stop driving the node's GPUs (the agent is told to stop publishing)."""
         self._api.delete_slice(dra.slice_name(self._node))
         self._api.patch_node_annotations(
-            node=self._node, annotations={names.ANNOTATION_NODE_GPU_CLAIMS: None}
+            node=self._node,
+            annotations={
+                names.ANNOTATION_NODE_GPU_CLAIMS: None,
+                names.ANNOTATION_NODE_MEMORY_OVERCOMMIT: None,
+            },
         )
         self._published = None
         self.shares = None

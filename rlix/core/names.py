@@ -50,6 +50,10 @@ ANNOTATION_NODE_GPUS: Final = f"{GROUP}/gpus"
 # devices whose memory is consumable capacity (the API server kept it): pods
 # there get GPUs through ResourceClaims the operator pins. Absent: whole GPUs.
 ANNOTATION_NODE_GPU_CLAIMS: Final = f"{GROUP}/gpu-claims"
+# Beside it: the factor the agent publishes each GPU's memory with (>= 1). Above
+# 1 the published headroom is where a waiting job is admitted into memory that
+# lower-priority pods parked (docs/conductor.md, "What parking frees").
+ANNOTATION_NODE_MEMORY_OVERCOMMIT: Final = f"{GROUP}/memory-overcommit"
 # GPUs a pod holds through its RLix ResourceClaim (it requests no nvidia.com/gpu).
 ANNOTATION_CLAIMED_GPUS: Final = f"{GROUP}/claimed-gpus"
 LABEL_NVLINK_DOMAIN: Final = f"{GROUP}/nvlink-domain"

@@ -70,6 +70,11 @@ class Node:
     # memory: pods get pinned ResourceClaims and may share a GPU. False: whole
     # nvidia.com/gpu (a device plugin or another driver hands them out).
     claims: bool = False
+    # On a claims node: published memory / physical memory per GPU (>= 1). The
+    # part above physical takes only parked memory: a waiting job is admitted
+    # into what lower-priority pods parked, while what is resident stays
+    # within physical memory (the conductor parks to keep it so).
+    memory_overcommit: float = 1.0
     # What kube-scheduler matches a pod's nodeSelector and tolerations against.
     # Admission plans a gang onto one node and pins it there, so it must not
     # pick a node the scheduler would refuse for these reasons.

@@ -67,7 +67,10 @@ def test_publishes_once_per_inventory_and_marks_the_node() -> None:
     assert body["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
     assert body["spec"]["devices"][0]["attributes"]["nvlinkDomain"] == {"string": "rack-7"}
     assert dra.published_gpus(body)[1].memory_mib == 2 * 81920
-    assert api.annotations == {names.ANNOTATION_NODE_GPU_CLAIMS: "true"}
+    assert api.annotations == {
+        names.ANNOTATION_NODE_GPU_CLAIMS: "true",
+        names.ANNOTATION_NODE_MEMORY_OVERCOMMIT: "2",  # admission's headroom for parked memory
+    }
     assert pub.shares is True
     # A GPU goes away: republished with the next pool generation.
     pub.publish(gpus(count=1))

@@ -54,6 +54,7 @@ SAMPLES: dict[tuple[str, str], tuple[Any, Any, Any]] = {
         '[{"index": 0, "memoryMiB": 10, "utilization": NaN}]',
     ),
     ("Node", "rlix.io/gpu-claims"): ("true", True, "maybe"),
+    ("Node", "rlix.io/memory-overcommit"): ("1.5", 1.5, "0.5"),
     ("Node", "spec.unschedulable"): (True, True, "yes"),
     ("RLJob", "spec.priority"): (10, 10, -1),
     ("RLJob", "spec.preemptibleRollout"): (False, False, "no"),

@@ -61,6 +61,7 @@ class AgentProcess:
         kubeconfig: Path | None = None,
         metrics_port: int = 0,
         dra: bool = False,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.metrics_port = metrics_port
@@ -101,6 +102,7 @@ class AgentProcess:
             "--log-level=WARNING",
             f"--metrics-port={metrics_port}",
             "--metrics-host=127.0.0.1",
+            *extra_args,
         ]
         self.popen: subprocess.Popen[bytes] | None = None
         self.log = root / "agent.log"

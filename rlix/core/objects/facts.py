@@ -214,6 +214,27 @@ NODE_GPU_CLAIMS: Final = Fact(
     "false (whole GPUs)", "false (whole GPUs)",
     "GPUs published as gpu.rlix.io devices with consumable memory (the agent sets it)",
 )  # fmt: skip
+
+
+def _overcommit(raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise BadValueError("must be a number >= 1")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadValueError("must be a number >= 1") from None
+    if not 1 <= value <= MAX_OVERCOMMIT:
+        raise BadValueError(f"must be between 1 and {MAX_OVERCOMMIT:g}")
+    return value
+
+
+MAX_OVERCOMMIT: Final = 16.0
+NODE_MEMORY_OVERCOMMIT: Final = Fact(
+    "Node", "annotation", names.ANNOTATION_NODE_MEMORY_OVERCOMMIT,
+    Parser("number", f"1..{MAX_OVERCOMMIT:g}", _overcommit), "x physical", 1.0, 1.0,
+    "1 (no headroom)", "1 (no headroom)",
+    "published GPU memory / physical on a gpu-claims node: headroom for parked memory",
+)  # fmt: skip
 NODE_UNSCHEDULABLE: Final = Fact(
     "Node", "field", "spec.unschedulable", BOOL, "-", False, True,
     "false", "true (cordoned)", "cordoned",
@@ -258,7 +279,7 @@ FACTS: Final[tuple[Fact[Any], ...]] = (
     POD_MEMORY, POD_PHASE, POD_SUSPENDED, POD_GPU_INDICES, POD_ADMITTED_NODE, POD_GPUS,
     POD_CLAIMED_GPUS, POD_NODE, NODE_GPU_COUNT, NODE_ALLOCATABLE, NODE_GPU_REPLICAS,
     NODE_GPU_MEMORY, NODE_GPU_PRODUCT, NODE_NVLINK_DOMAIN, NODE_GPU_STATE, NODE_GPU_CLAIMS,
-    NODE_UNSCHEDULABLE,
+    NODE_MEMORY_OVERCOMMIT, NODE_UNSCHEDULABLE,
     JOB_PRIORITY, JOB_PREEMPTIBLE_ROLLOUT, JOB_ALGORITHM, JOB_STATE, JOB_PHASE, JOB_GPUS,
     JOB_ITERATIONS,
 )  # fmt: skip

@@ -60,6 +60,9 @@ def read_node(obj: object) -> NodeFacts:
         schedulable=not reading.get(f.NODE_UNSCHEDULABLE, part(obj, "spec").get("unschedulable")),
         gpus=reading.get(f.NODE_GPU_STATE, notes.get(names.ANNOTATION_NODE_GPUS)),
         claims=reading.get(f.NODE_GPU_CLAIMS, notes.get(names.ANNOTATION_NODE_GPU_CLAIMS)),
+        memory_overcommit=reading.get(
+            f.NODE_MEMORY_OVERCOMMIT, notes.get(names.ANNOTATION_NODE_MEMORY_OVERCOMMIT)
+        ),
         labels=label_pairs(labels),
         taints=taints_of(part(obj, "spec").get("taints")),
     )

@@ -33,9 +33,11 @@ The rules, in the order they are applied:
    own GPUs again (host memory is node-local, so it returns where it left) is
    resumed, aged jobs and higher priority first, then the longest parked.
 
-Without RLix's DRA driver (published headroom), parking frees no schedulable
-resource in kube-scheduler's eyes: a pod's ``nvidia.com/gpu`` stays counted
-while the pod exists. See docs/conductor.md, "What parking frees".
+Parking frees schedulable room only where RLix publishes GPU memory above
+physical (``Node.memory_overcommit`` > 1 on a gpu-claims node): the placement
+policy then lets parked memory take that headroom, so the waiting job is
+admitted beside it. Elsewhere a pod's ``nvidia.com/gpu`` (or its claim at 1x)
+stays counted while the pod exists. See docs/conductor.md, "What parking frees".
 """
 
 from __future__ import annotations

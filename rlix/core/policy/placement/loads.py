@@ -14,6 +14,15 @@ more than what it uses this second:
 * what a node agent measured (``GPU.used_mib``) is a floor: memory used outside
   any pod we know of is still taken.
 
+On a node whose GPUs RLix publishes with memory overcommit (a gpu-claims node,
+``Node.memory_overcommit`` > 1) parked memory is held apart: it must fit in the
+published memory (physical x the factor), which is what kube-scheduler's DRA
+allocator counts for the pods' claims, while what is resident must fit in
+physical memory. A waiting job can so be admitted into memory that lower-
+priority pods parked for it, and nothing resident ever exceeds the GPU
+(docs/conductor.md, "What parking frees"). With a factor of 1 parked memory is
+owed like any other, as everywhere else.
+
 Pods whose GPU indices are unknown are spread onto the emptiest GPUs, the
 choice a device plugin would most likely make; the policy stays deterministic.
 """
@@ -57,6 +66,9 @@ class GPULoad:
     residents: tuple[Workload, ...] = ()
     measured_mib: int = 0  # what the node agent saw in use (a floor for owed_mib)
     debts: tuple[int, ...] = ()  # what each resident owes here (parallel to residents)
+    # Published memory above physical (overcommit); 0: parked memory is owed.
+    headroom_mib: int = 0
+    parked_mib: int = 0  # parked residents' debts, apart from owed_mib when headroom_mib > 0
 
     @property
     def free_mib(self) -> int:
@@ -68,7 +80,30 @@ class GPULoad:
 
     def can_hold(self, demand_mib: int) -> bool:
         """Whether ``demand_mib`` (0 = the whole GPU) fits next to the residents."""
-        return _holds(self.capacity_mib, self.owed_mib, bool(self.residents), demand_mib)
+        return _holds(
+            self.capacity_mib,
+            self.owed_mib,
+            bool(self.residents),
+            demand_mib,
+            headroom_mib=self.headroom_mib,
+            parked_mib=self.parked_mib,
+        )
+
+    def _apart(self, resident: Workload) -> bool:
+        """Whether ``resident``'s debt is parked memory held apart (see the module doc)."""
+        return self.headroom_mib > 0 and resident.suspended
+
+    def parked_without(self, names: set[str]) -> int:
+        """Parked memory held apart if the named residents left."""
+        return sum(
+            d
+            for r, d in zip(self.residents, self.debts, strict=True)
+            if r.name not in names and self._apart(r)
+        )
+
+    def _on_device(self) -> int:
+        """What the residents that are not parked-apart owe (what the agent can measure)."""
+        return sum(d for r, d in zip(self.residents, self.debts, strict=True) if not self._apart(r))
 
     def owed_without(self, names: set[str]) -> tuple[int, bool]:
         """(owed MiB, still has residents) if the named residents left.
@@ -80,18 +115,29 @@ class GPULoad:
         any_kept = False
         for r, debt in zip(self.residents, self.debts, strict=True):
             if r.name not in names:
-                kept += debt
+                kept += 0 if self._apart(r) else debt
                 any_kept = True
-        unexplained = max(self.measured_mib - sum(self.debts), 0) if self.measured_mib else 0
+        unexplained = max(self.measured_mib - self._on_device(), 0) if self.measured_mib else 0
         return kept + unexplained, any_kept
 
 
-def _holds(capacity_mib: int, owed: int, has_residents: bool, demand_mib: int) -> bool:
+def _holds(
+    capacity_mib: int,
+    owed: int,
+    has_residents: bool,
+    demand_mib: int,
+    *,
+    headroom_mib: int = 0,
+    parked_mib: int = 0,
+) -> bool:
     """The one rule for "fits on this GPU"; see ``GPULoad.can_hold``."""
     if capacity_mib <= 0 or demand_mib <= 0:
         # Unknown size, or a whole-GPU demand: only an untouched GPU will do.
         return not has_residents and owed == 0
-    return capacity_mib - owed >= demand_mib
+    if capacity_mib - owed < demand_mib:
+        return False  # what is resident stays within physical memory
+    # Parked memory counts against the published memory (the claims do).
+    return capacity_mib + headroom_mib - owed - parked_mib >= demand_mib
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +196,17 @@ def _capacities(node: Node) -> list[tuple[int, int, int]]:
     return [(i, node.gpu_memory_mib, 0) for i in range(max(node.gpu_count, 0))]
 
 
+def _headroom(capacity_mib: int, overcommit: float) -> int:
+    return int(capacity_mib * (overcommit - 1)) if overcommit > 1 and capacity_mib > 0 else 0
+
+
 def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
     """Assign every resident's debt to GPUs of ``node``."""
     caps = _capacities(node)
     position = {index: pos for pos, (index, _, _) in enumerate(caps)}
+    overcommit = node.memory_overcommit if node.claims else 1.0
     owed = [0] * len(caps)
+    parked = [0] * len(caps)
     holders: list[list[Workload]] = [[] for _ in caps]
     debts: list[list[int]] = [[] for _ in caps]
     ordered = sorted(residents, key=lambda w: (not w.gpu_indices, w.name))
@@ -169,7 +221,10 @@ def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
             slots.extend(spare[: wanted - len(slots)])
         for p in slots:
             debt = owed_mib(w, caps[p][1])
-            owed[p] += debt
+            if w.suspended and overcommit > 1:
+                parked[p] += debt  # held apart: it takes published headroom only
+            else:
+                owed[p] += debt
             holders[p].append(w)
             debts[p].append(debt)
     gpus = tuple(
@@ -180,6 +235,8 @@ def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
             residents=tuple(holders[p]),
             measured_mib=used,
             debts=tuple(debts[p]),
+            headroom_mib=_headroom(cap, overcommit),
+            parked_mib=parked[p],
         )
         for p, (index, cap, used) in enumerate(caps)
     )
@@ -202,8 +259,10 @@ def _gpu_without(g: GPULoad, names: set[str]) -> GPULoad:
         capacity_mib=g.capacity_mib,
         owed_mib=owed,
         residents=tuple(r for r, _ in kept),
-        measured_mib=max(g.measured_mib - sum(g.debts), 0) if g.measured_mib else 0,
+        measured_mib=max(g.measured_mib - g._on_device(), 0) if g.measured_mib else 0,
         debts=tuple(d for _, d in kept),
+        headroom_mib=g.headroom_mib,
+        parked_mib=g.parked_without(names),
     )
 
 
@@ -232,5 +291,13 @@ def holdable_without(load: NodeLoad, names: set[str], demand_mib: int) -> int:
     count = 0
     for g in load.gpus:
         owed, occupied = g.owed_without(names)
-        count += _holds(g.capacity_mib, owed, occupied, demand_mib)
+        parked = g.parked_without(names)
+        count += _holds(
+            g.capacity_mib,
+            owed,
+            occupied,
+            demand_mib,
+            headroom_mib=g.headroom_mib,
+            parked_mib=parked,
+        )
     return count

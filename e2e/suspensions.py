@@ -1,0 +1,58 @@
+"""Reading the conductor's protocol off pods and jobs, for the real-cluster tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from e2e.kube import get_json, rljob_condition, rljob_state, wait_for
+from rlix.core.suspension import (
+    ANNOTATION_DESIRED,
+    ANNOTATION_OBSERVED,
+    CONDITION_SUSPENDED,
+    DesiredSuspension,
+    ObservedSuspension,
+)
+
+
+def pod_suspension(
+    cluster: Any, namespace: str, pod: str
+) -> tuple[DesiredSuspension | None, ObservedSuspension | None, str]:
+    body = get_json(cluster, "pod", pod, "-n", namespace)
+    notes = body["metadata"].get("annotations") or {}
+    desired = notes.get(ANNOTATION_DESIRED)
+    observed = notes.get(ANNOTATION_OBSERVED)
+    return (
+        DesiredSuspension.parse(desired) if desired else None,
+        ObservedSuspension.parse(observed) if observed else None,
+        str(body["metadata"]["uid"]),
+    )
+
+
+def observed(cluster: Any, namespace: str, pod: str, outcome: str) -> ObservedSuspension:
+    def probe() -> ObservedSuspension | None:
+        desired, seen, _ = pod_suspension(cluster, namespace, pod)
+        ok = seen is not None and desired is not None and seen.generation == desired.generation
+        return seen if ok and seen is not None and seen.outcome.value == outcome else None
+
+    return wait_for(f"{pod}: {outcome} observed", probe, timeout_s=90)
+
+
+def condition(
+    cluster: Any, namespace: str, job: str, status: str, reason: str, *, says: str = ""
+) -> dict[str, Any]:
+    """Wait for the job's Suspended condition (and a message that ``says`` this)."""
+
+    def probe() -> dict[str, Any] | None:
+        c = rljob_condition(cluster, namespace, job, CONDITION_SUSPENDED)
+        ok = c and c["status"] == status and c["reason"] == reason and says in c["message"]
+        return c if ok else None
+
+    return wait_for(f"{job}: {CONDITION_SUSPENDED}={status} ({reason})", probe, timeout_s=60)
+
+
+def finish(cluster: Any, namespace: str, job: str) -> None:
+    cluster.kubectl(
+        "patch", "pod", f"{job}-policy-0", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}',
+    )  # fmt: skip
+    wait_for(f"{job} Succeeded", lambda: rljob_state(cluster, namespace, job) == "Succeeded")

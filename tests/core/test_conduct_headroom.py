@@ -1,0 +1,85 @@
+"""Published headroom: a waiting job is admitted into memory parked for it.
+
+One GPU of 81920 MiB on a gpu-claims node. With the memory published at 1.5x
+(122880 MiB, what the claims may sum to) a low-priority rollout of 60000 MiB
+is parked for a 50000 MiB higher-priority job, which is then admitted next to
+the parked memory (110000 <= 122880) while what is resident stays within the
+physical 81920; the rollout comes back when the job is gone. At 1x, parked
+memory is owed as before and the job is not admitted into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rlix.core.policy.admission import GangRequest, place_gang
+from rlix.core.policy.conduct import JobClock, Kind, decide
+from rlix.core.policy.placement.loads import node_load
+from rlix.core.policy.rlix_policy import RLixPolicy
+from rlix.core.snapshot import ClusterSnapshot, Workload
+from rlix.core.suspension import Reason
+from tests.builders.placement import cluster, node, pod
+
+POLICY = RLixPolicy()
+MIB = 81920
+
+
+def snapshot(*pods: Workload, overcommit: float) -> ClusterSnapshot:
+    gpu_node = replace(
+        node("n1").gpus(1, mib=MIB).build(), claims=True, memory_overcommit=overcommit
+    )
+    return cluster().with_nodes(gpu_node).with_pods(*pods).build()
+
+
+LOW = (
+    pod("low-0").job("low").role("rollout").memory(60000).phase("rollout").priority(1)
+    .on("n1", 0).build()
+)  # fmt: skip
+HIGH = pod("high-0").job("high").role("trainer").memory(50000).priority(10).build()
+WAITING = GangRequest("default/high", 10, 0.0, (HIGH,))
+PARKED = replace(LOW, suspended=True)
+
+
+def admitted(snap: ClusterSnapshot) -> bool:
+    admission, _ = place_gang(snap, WAITING, POLICY)
+    return admission.admitted
+
+
+def test_resident_memory_keeps_the_job_out_whatever_is_published() -> None:
+    assert not admitted(snapshot(LOW, overcommit=1.5))
+    actions = decide(snapshot(LOW, overcommit=1.5), [WAITING], POLICY, clocks={}, now=0.0)
+    assert [(a.kind, a.job, a.reason) for a in actions] == [
+        (Kind.SUSPEND, "default/low", Reason.PRIORITY)
+    ]
+
+
+def test_parked_memory_takes_headroom_only_where_it_is_published() -> None:
+    assert admitted(snapshot(PARKED, overcommit=1.5))
+    assert not admitted(snapshot(PARKED, overcommit=1.0)), "at 1x parked memory is owed"
+    # The claims must still sum within the published memory: 60000 + 70000 > 122880.
+    bigger = GangRequest("default/high", 10, 0.0, (replace(HIGH, memory_mib={
+        k: 70000 for k in HIGH.memory_mib}),))  # fmt: skip
+    admission, _ = place_gang(snapshot(PARKED, overcommit=1.5), bigger, POLICY)
+    assert not admission.admitted
+
+
+def test_the_load_keeps_parked_memory_apart_from_what_is_resident() -> None:
+    snap = snapshot(PARKED, overcommit=1.5)
+    (gpu,) = node_load(snap.nodes["n1"], snap.on_node("n1")).gpus
+    assert (gpu.owed_mib, gpu.parked_mib, gpu.headroom_mib) == (0, 60000, 40960)
+    flat = snapshot(PARKED, overcommit=1.0)
+    (gpu,) = node_load(flat.nodes["n1"], flat.on_node("n1")).gpus
+    assert (gpu.owed_mib, gpu.parked_mib, gpu.headroom_mib) == (60000, 0, 0)
+
+
+def test_the_parked_rollout_waits_while_the_job_runs_and_comes_back_after() -> None:
+    clocks = {"default/low": JobClock(suspended_at=0.0)}
+    # Admitted, not yet bound: the parked memory is reserved for it.
+    assert decide(snapshot(PARKED, overcommit=1.5), [WAITING], POLICY, clocks=clocks, now=5) == ()
+    running = replace(HIGH, node="n1", gpu_indices=(0,), phase=None)
+    snap = snapshot(PARKED, running, overcommit=1.5)
+    assert decide(snap, [], POLICY, clocks=clocks, now=10.0) == (), "60000 + 50000 > 81920"
+    actions = decide(snapshot(PARKED, overcommit=1.5), [], POLICY, clocks=clocks, now=20.0)
+    assert [(a.kind, a.job, a.reason) for a in actions] == [
+        (Kind.RESUME, "default/low", Reason.MEMORY_FREE)
+    ]
