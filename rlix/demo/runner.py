@@ -119,7 +119,11 @@ class Demo:
         runs = []
         try:
             extender_port, scheduler_pid = self._control_plane(cluster, tools, workdir)
-            base = Demo(self.o, log=self.log, jobs=list(self.jobs.values()))
+            log = self.log
+            base = Demo(
+                self.o, log=lambda m: log(f"(exclusive) {m}"), jobs=list(self.jobs.values())
+            )
+            self.log = lambda m: log(f"(RLix) {m}")
             base._run_exclusive(cluster, workdir / "exclusive")
             runs.append(base.record)
             self.log(f"==> exclusive run done; deleting namespace {base.namespace}")
