@@ -38,19 +38,22 @@ def results(runs: list[RunRecord], out: Path | None) -> Results:
         if skipped is None:
             png = out / "demo_compare.png"
             timeline.draw(runs, png)
-        (out / "demo_compare.md").write_text(_markdown(table, png, skipped))
+        (out / "demo_compare.md").write_text(_markdown(runs, table, png, skipped))
     return Results(exclusive, rlix, table, png, skipped)
 
 
-def _markdown(table: str, png: Path | None, skipped: str | None) -> str:
+def _markdown(runs: list[RunRecord], table: str, png: Path | None, skipped: str | None) -> str:
+    first = runs[0]
+    nodes, gpus = len(first.gpus_per_node), sum(first.gpus_per_node.values())
     lines = [
         "# RLix demo: exclusive default scheduling vs RLix",
         "",
-        "Written by `rlix demo --compare --out DIR`: the same six jobs run twice on one",
-        "local cluster, first as plain pods on whole GPUs through kube-scheduler's",
-        "default profile, then as RLJobs through RLix. Metrics are defined in",
-        "[docs/demo.md](demo.md); the records they are computed from are in",
-        "`demo_compare.json` beside this file.",
+        f"Written by `rlix demo --compare --out DIR`: the same {len(first.jobs)} jobs run",
+        f"twice on one local cluster ({nodes} kwok nodes, {gpus} simulated GPUs), first",
+        "as plain pods on whole GPUs through kube-scheduler's default profile, then as",
+        "RLJobs through RLix. One run of each, not a benchmark. The baseline and every",
+        "metric are defined in docs/demo.md; the records every number is computed from",
+        "are in `demo_compare.json` beside this file.",
         "",
         "```",
         table.strip("\n"),

@@ -123,10 +123,10 @@ class Demo:
             base = Demo(
                 self.o, log=lambda m: log(f"(exclusive) {m}"), jobs=list(self.jobs.values())
             )
-            self.log = lambda m: log(f"(RLix) {m}")
             base._run_exclusive(cluster, workdir / "exclusive")
             runs.append(base.record)
-            self.log(f"==> exclusive run done; deleting namespace {base.namespace}")
+            log(f"==> exclusive run done; deleting namespace {base.namespace}")
+            self.log = lambda m: log(f"(RLix) {m}")
             cluster.kubectl(
                 "delete", "namespace", base.namespace, "--wait=true", "--timeout=180s", check=False
             )
@@ -190,8 +190,10 @@ class Demo:
                 f"({sum(j.gpus for j in self.jobs.values())} GPUs of work for {total} GPUs)"
             )
             cluster.kubectl("create", "namespace", self.namespace, check=False)
+            # Through the API, as the baseline creates its pods: a kubectl process
+            # per job would spread the submissions over seconds on a loaded machine.
             for job in self.jobs.values():
-                cluster.apply([job.manifest(self.namespace)])
+                kube.create_rljob(job.manifest(self.namespace))
                 self.tally.submitted_at[job.name] = time.monotonic() - self.tally.started
                 self.record.submitted(job.name, time.time())
             self.log(f"==> [5/5] running (progress every 2 s; logs in {workdir / 'logs'})")
@@ -319,7 +321,10 @@ class Demo:
     def _step_pods(
         self, kube: Kube, runtime: PodRuntime, pods: list[dict[str, Any]], *, baseline: bool
     ) -> None:
-        present = set()
+        # Pods deleted (job done) first: their GPUs are free for pods bound since.
+        present = {pod["metadata"]["uid"] for pod in pods}
+        for uid in [u for u in [*runtime.running, *runtime.reserved] if u not in present]:
+            runtime.release(uid)  # stop its process, free its GPUs
         # Baseline jobs start only as whole gangs (rlix.demo.exclusive); RLix's
         # operator admits whole gangs itself.
         startable = {
@@ -330,7 +335,6 @@ class Demo:
         for pod in pods:
             meta, spec, status = pod["metadata"], pod["spec"], pod.get("status", {})
             uid = meta["uid"]
-            present.add(uid)
             try:
                 facts = read_pod(pod)
             except ObjectError:
@@ -343,27 +347,28 @@ class Demo:
                 or not spec.get("nodeName")
                 or status.get("phase") != "Running"
                 or meta.get("deletionTimestamp")
-                or facts.workload.job.split("/", 1)[-1] not in startable
             ):
+                continue
+            if facts.workload.job.split("/", 1)[-1] not in startable:
+                # Bound, waiting for its gang: a device plugin hands out the GPUs
+                # when the pod is admitted on its node, not when its job starts.
+                if not facts.workload.gpu_indices and uid not in runtime.reserved:
+                    self._note_gpus(kube, meta, runtime.reserve(uid, facts.workload))
                 continue
             started = runtime.start(pod, facts.workload)
             if started is not None:
-                kube.patch_pod(
-                    meta["namespace"],
-                    meta["name"],
-                    {
-                        "metadata": {
-                            "annotations": {
-                                names.ANNOTATION_GPU_INDICES: ",".join(map(str, started.gpus))
-                            }
-                        }
-                    },
-                )
-        for uid in [u for u in runtime.running if u not in present]:
-            runtime.release(uid)  # the operator deleted the pod (job done): stop its process
+                self._note_gpus(kube, meta, started.gpus)
         for ended, rc in runtime.exited():
             phase = "Succeeded" if rc == 0 else "Failed"
             kube.patch_pod_status(ended.namespace, ended.name, {"status": {"phase": phase}})
+
+    @staticmethod
+    def _note_gpus(kube: Kube, meta: dict[str, Any], gpus: list[int] | None) -> None:
+        """Write the GPUs the device-plugin stand-in gave the pod (rlix.io/gpu-indices)."""
+        if gpus:
+            value = ",".join(map(str, gpus))
+            body = {"metadata": {"annotations": {names.ANNOTATION_GPU_INDICES: value}}}
+            kube.patch_pod(meta["namespace"], meta["name"], body)
 
     def _sample(self, view: Any) -> None:
         rows = views.node_rows(view.nodes, view.pods)

@@ -89,6 +89,10 @@ class Kube:
             raise
         return list(out.get("items", []))
 
+    def create_rljob(self, body: dict[str, Any]) -> None:
+        g, v, p = names.GROUP, names.VERSION, names.PLURAL
+        self._custom.create_namespaced_custom_object(g, v, body["metadata"]["namespace"], p, body)
+
     def create_pod(self, body: dict[str, Any]) -> None:
         # The client accepts a plain dict (it serialises it as is); its stub says V1Pod.
         self._core.create_namespaced_pod(body["metadata"]["namespace"], body)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from rlix.cli.main import main
 from rlix.core import dra, names
 from rlix.core.objects import read_pod
 from rlix.demo import compare, exclusive, metrics, timeline
+from rlix.demo.pods import PodRuntime
 from rlix.demo.record import JobRecord, PodRecord, RunRecord, epoch, load
 from rlix.demo.workload import demo_jobs
 
@@ -239,3 +240,25 @@ def test_bad_demo_arguments_are_refused_before_anything_starts(
 ) -> None:
     assert main(["demo", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_pod_waiting_for_its_gang_holds_its_gpus_from_bind(tmp_path: Path) -> None:
+    """The device-plugin stand-in gives GPUs at bind; a later pod cannot get the same ones.
+
+    A baseline pod bound before its gang completes starts its process later;
+    were its indices chosen only then, the record would show it on GPUs another
+    job's pod held meanwhile (two jobs on one GPU, which whole GPUs forbid).
+    """
+    job = demo_jobs()[0]
+    runtime = PodRuntime(tmp_path, {"n0": tmp_path / "s"}, {job.name: job}, {"n0": 8})
+    pods = [read_pod({**p, "metadata": {**p["metadata"], "uid": f"u{i}"}, "spec": {
+        **p["spec"], "nodeName": "n0"}}).workload
+            for i, p in enumerate(exclusive.pod_manifests(job, "ns"))]  # fmt: skip
+    first = runtime.reserve("u0", pods[0])
+    assert first == [0, 1, 2, 3]
+    assert runtime.reserve("u0", pods[0]) == first  # asked again: the same GPUs
+    assert runtime.reserve("u1", pods[1]) == [4, 5]
+    assert runtime.reserve("u2", pods[2]) == [6, 7]
+    runtime.release("u1")
+    assert "u1" not in runtime.reserved
+    assert runtime.held["n0"] == {0, 1, 2, 3, 6, 7}
