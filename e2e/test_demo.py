@@ -40,6 +40,8 @@ def test_demo_completes_with_summary(tmp_path: Path) -> None:
     # Every trainer iteration was reported through the agent and reached the status.
     assert summary["iterations"] == sum(j.iterations for j in jobs)
     assert 0.0 <= summary["gpu_idle_pct"] <= 100.0
+    assert 0 <= summary["gpus_shared"] <= 32  # read from the claims' allocations
+    assert "GPUs shared" in result.stdout
     assert "RLix demo summary" in result.stdout
     # Jobs had to queue: more GPUs were asked for than the cluster has.
     assert sum(j.gpus for j in jobs) > 32

@@ -22,7 +22,14 @@ Run RLix end to end on this machine, with no external cluster, Docker or GPU:
      suspend/resume through the real client library.
 
 It prints progress every 2 seconds and ends with a summary table (jobs done,
-GPU idle %, preemptions). The cluster is deleted at the end unless --keep.
+GPU idle %, preemptions, GPUs shared). The cluster is deleted at the end unless
+--keep.
+
+With --compare it runs the same jobs twice on one cluster: first as plain pods
+on whole GPUs through kube-scheduler's default profile (no RLix), then with
+RLix, and prints GPU idle, jobs/h, mean latency, fragmentation, GPUs shared and
+preemptions side by side (definitions: docs/demo.md). --out DIR also writes
+the table, the records and a phase timeline PNG per GPU (needs matplotlib).
 """
 
 

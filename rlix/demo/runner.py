@@ -117,12 +117,10 @@ class Demo:
         cluster = self._cluster(tools)
         scheduler_pid = 0
         runs = []
+        log = self.log
+        base = Demo(self.o, log=lambda m: log(f"(exclusive) {m}"), jobs=list(self.jobs.values()))
         try:
             extender_port, scheduler_pid = self._control_plane(cluster, tools, workdir)
-            log = self.log
-            base = Demo(
-                self.o, log=lambda m: log(f"(exclusive) {m}"), jobs=list(self.jobs.values())
-            )
             base._run_exclusive(cluster, workdir / "exclusive")
             runs.append(base.record)
             log(f"==> exclusive run done; deleting namespace {base.namespace}")
@@ -134,6 +132,8 @@ class Demo:
             runs.append(self.record)
             return runs
         finally:
+            if isinstance(cluster, ExistingCluster):  # a baseline that stopped half way
+                cluster.kubectl("delete", "namespace", base.namespace, "--wait=false", check=False)
             self._teardown(cluster, scheduler_pid, workdir)
 
     def _teardown(
