@@ -1,10 +1,11 @@
 """The comparison's numbers, computed from a run's record alone (``rlix.demo.record``).
 
 Every number is defined over the run's window: from the first job's submission
-to the last job's end. A GPU is ``(node, index)``; a pod *holds* its GPUs from
-its bind to the moment it finished or was deleted; it is *active* on them while
-its agent-reported phase is rollout, scoring, training or weight-sync and it is
-not suspended. See docs/demo.md for why each is defined this way.
+to the last end of a job or pod (a finished job's leftover pods count until
+they are deleted). A GPU is ``(node, index)``; a pod *holds* its GPUs from its
+bind to the moment it finished or was deleted; it is *active* on them while its
+agent-reported phase is rollout, scoring, training or weight-sync and it is not
+suspended. docs/demo.md states the same definitions for users.
 
 * ``gpu_idle_pct``: GPU-seconds with no active pod, over all GPU-seconds.
 * ``jobs_per_hour``: jobs succeeded / window length.
