@@ -104,6 +104,10 @@ cluster-down: venv ## Stop the local cluster and remove its state
 kind-up: ## kind cluster + kwok fake GPU nodes (needs a Docker engine; skips without one)
 	@hack/kind-up.sh
 
+.PHONY: demo-compare
+demo-compare: venv toolchain ## The demo's jobs twice on one cluster, exclusive default scheduling vs RLix; results in docs/demo-compare/
+	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(VENV)/bin/rlix demo --compare --out docs/demo-compare
+
 .PHONY: demo
 demo: venv toolchain ## The one-command demo: local cluster, all of RLix, six RL jobs, a summary (KUBECONFIG=... for an existing cluster)
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(VENV)/bin/rlix demo $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))

@@ -1,6 +1,7 @@
 """`rlix demo` end to end: every RLix component, real control plane, simulated trainers.
 
-The demo starts its own cluster (named rlix-demo) beside the session's, runs
+The demo starts its own cluster beside the session's (a name unique to the
+test, so two sessions on one machine cannot tear down each other's), runs
 the operator, extender, rlix-scheduler and one node agent per node, submits six
 RLJobs that ask more GPUs than the cluster has, and runs a trainer process per
 role pod through the real client library. It must finish every job.
@@ -12,17 +13,24 @@ import json
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+from e2e.conftest import E2E_PREFIX
 from e2e.kube import wait_for
 from rlix.demo.workload import demo_jobs
+
+
+def unique_cluster() -> list[str]:
+    """``--cluster-name`` for one demo: unique, and reaped by a later session if orphaned."""
+    return ["--cluster-name", f"{E2E_PREFIX}demo-{uuid.uuid4().hex[:8]}"]
 
 
 def test_demo_completes_with_summary(tmp_path: Path) -> None:
     out = tmp_path / "summary.json"
     result = subprocess.run(
         [sys.executable, "-m", "rlix.cli.main", "demo", "--json", str(out),
-         "--workdir", str(tmp_path / "work"), "--timeout", "600"],
+         "--workdir", str(tmp_path / "work"), "--timeout", "600", *unique_cluster()],
         check=False, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
@@ -32,6 +40,8 @@ def test_demo_completes_with_summary(tmp_path: Path) -> None:
     # Every trainer iteration was reported through the agent and reached the status.
     assert summary["iterations"] == sum(j.iterations for j in jobs)
     assert 0.0 <= summary["gpu_idle_pct"] <= 100.0
+    assert 0 <= summary["gpus_shared"] <= 32  # read from the claims' allocations
+    assert "GPUs shared" in result.stdout
     assert "RLix demo summary" in result.stdout
     # Jobs had to queue: more GPUs were asked for than the cluster has.
     assert sum(j.gpus for j in jobs) > 32
@@ -54,7 +64,7 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_demo_stopped_by_sigterm_leaves_nothing_running(tmp_path: Path) -> None:
     work = tmp_path / "work"
     demo = subprocess.Popen(
-        [sys.executable, "-m", "rlix.cli.main", "demo", "--workdir", str(work)],
+        [sys.executable, "-m", "rlix.cli.main", "demo", "--workdir", str(work), *unique_cluster()],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert demo.stderr is not None

@@ -22,7 +22,14 @@ Run RLix end to end on this machine, with no external cluster, Docker or GPU:
      suspend/resume through the real client library.
 
 It prints progress every 2 seconds and ends with a summary table (jobs done,
-GPU idle %, preemptions). The cluster is deleted at the end unless --keep.
+GPU idle %, preemptions, GPUs shared). The cluster is deleted at the end unless
+--keep.
+
+With --compare it runs the same jobs twice on one cluster: first as plain pods
+on whole GPUs through kube-scheduler's default profile (no RLix), then with
+RLix, and prints GPU idle, jobs/h, mean latency, fragmentation, GPUs shared and
+preemptions side by side (definitions: docs/demo.md). --out DIR also writes
+the table, the records and a phase timeline PNG per GPU (needs matplotlib).
 """
 
 
@@ -46,6 +53,22 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--workdir", type=Path, help="keep logs here (default: a temp dir)")
     p.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
     p.add_argument(
+        "--compare",
+        action="store_true",
+        help="run the same jobs twice on one cluster, first with exclusive default "
+        "scheduling (plain pods, whole GPUs), then with RLix, and print them side by side",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="run only the first N jobs of the mix (a shorter demo; default: all six)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="with --compare: write demo_compare.md, .json (the records) and .png here",
+    )
+    p.add_argument(
         "--kubeconfig",
         type=Path,
         help="use this existing cluster (kind, ...) instead of the embedded one; it needs "
@@ -60,7 +83,18 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rlix.demo.runner import Demo, DemoOptions, format_summary
+    from rlix.demo.workload import demo_jobs
     from rlix.devcluster.toolchain import ToolchainMissingError
+
+    if args.out is not None and not args.compare:
+        print("rlix demo: --out needs --compare", file=sys.stderr)
+        return 2
+    jobs = demo_jobs()
+    if args.jobs is not None:
+        if not 1 <= args.jobs <= len(jobs):
+            print(f"rlix demo: --jobs must be 1..{len(jobs)}, got {args.jobs}", file=sys.stderr)
+            return 2
+        jobs = jobs[: args.jobs]
 
     options = DemoOptions(
         nodes=args.nodes,
@@ -74,8 +108,10 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM (a CI timeout, `kill`) must unwind like Ctrl-C, so the finally blocks
     # stop every process the demo started instead of orphaning them.
     signal.signal(signal.SIGTERM, _interrupt)
+    if args.compare:
+        return _compare(Demo(options, jobs=jobs), args)
     try:
-        summary = Demo(options).run()
+        summary = Demo(options, jobs=jobs).run()
     except (RuntimeError, ToolchainMissingError) as err:
         print(f"rlix demo: {err}", file=sys.stderr)
         return 1
@@ -86,3 +122,32 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return 0 if summary["jobs_succeeded"] == summary["jobs"] else 1
+
+
+def _compare(demo: Any, args: argparse.Namespace) -> int:
+    from rlix.demo.compare import results
+    from rlix.devcluster.toolchain import ToolchainMissingError
+
+    try:
+        runs = demo.compare()
+    except (RuntimeError, ToolchainMissingError) as err:
+        print(f"rlix demo: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rlix demo: interrupted; everything it started was stopped", file=sys.stderr)
+        return 130
+    found = results(runs, args.out)
+    sys.stdout.write(found.table)
+    if found.png is not None:
+        print(f"timeline: {found.png}")
+    else:
+        print(f"timeline PNG skipped: {found.png_skipped}")
+    if args.out is not None:
+        print(f"results: {args.out / 'demo_compare.md'}")
+    if args.json:
+        args.json.write_text(
+            json.dumps({"exclusive": found.exclusive, "rlix": found.rlix}, indent=2) + "\n"
+        )
+    jobs = len(demo.jobs)
+    ok = all(r["jobs_succeeded"] == jobs for r in (found.exclusive, found.rlix))
+    return 0 if ok else 1

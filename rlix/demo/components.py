@@ -60,7 +60,10 @@ class Components:
         wait_until("operator", c, lambda: url_ok(f"http://127.0.0.1:{live}/healthz"), 90)
         return c
 
-    def agent(self, node: str, *, gpus: int, gpu_memory_mib: int, proc_root: Path) -> Path:
+    def agent(
+        self, node: str, *, gpus: int, gpu_memory_mib: int, proc_root: Path, dra: bool = True
+    ) -> Path:
+        """A simulated node agent; ``dra=False`` (the exclusive baseline) publishes no slice."""
         socket = self.workdir / "agents" / f"{node}.sock"
         socket.parent.mkdir(parents=True, exist_ok=True)
         c = Component(
@@ -87,6 +90,7 @@ class Components:
                 str(gpu_memory_mib),
                 "--publish-interval",
                 "1",
+                *(() if dra else ("--no-dra",)),
             ),
             self.workdir / "logs" / f"agent-{node}.log",
         )

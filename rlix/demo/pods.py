@@ -50,6 +50,8 @@ class PodRuntime:
     running: dict[str, RunningPod] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
     held: dict[str, set[int]] = field(default_factory=dict)  # node -> GPU indices in use
+    # Pods bound but not started yet (a baseline gang still forming): uid -> (node, GPUs).
+    reserved: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
 
     @property
     def proc_root(self) -> Path:
@@ -64,6 +66,17 @@ class PodRuntime:
         used.update(chosen)
         return chosen
 
+    def reserve(self, uid: str, workload: Workload) -> list[int] | None:
+        """Give a bound pod its GPUs now, before its process starts (None: none free)."""
+        if uid in self.reserved:
+            return self.reserved[uid][1]
+        if workload.node is None or workload.node not in self.sockets:
+            return None
+        gpus = self._assign_gpus(workload.node, workload.gpus)
+        if gpus is not None:
+            self.reserved[uid] = (workload.node, gpus)
+        return gpus
+
     def start(self, pod: dict[str, Any], workload: Workload) -> RunningPod | None:
         """Start the pod's process; ``workload`` is the pod as the core reader reads it."""
         meta = pod["metadata"]
@@ -73,8 +86,14 @@ class PodRuntime:
         if job is None or role is None or node is None or node not in self.sockets:
             return None
         # A pod with a pinned claim runs on the GPUs its claim names (the
-        # operator's plan); others get free GPUs, as a device plugin would give.
-        gpus = list(workload.gpu_indices) or self._assign_gpus(node, workload.gpus)
+        # operator's plan); others get free GPUs, as a device plugin would give
+        # (already at bind for a pod that waited for its gang: ``reserve``).
+        reserved = self.reserved.pop(uid, None)
+        gpus = (
+            list(workload.gpu_indices)
+            or (reserved[1] if reserved else None)
+            or self._assign_gpus(node, workload.gpus)
+        )
         if workload.gpu_indices:
             self.held.setdefault(node, set()).update(workload.gpu_indices)
         if gpus is None:
@@ -123,6 +142,9 @@ class PodRuntime:
         return running
 
     def release(self, uid: str) -> None:
+        reserved = self.reserved.pop(uid, None)
+        if reserved is not None:
+            self.held.get(reserved[0], set()).difference_update(reserved[1])
         pod = self.running.pop(uid, None)
         if pod is None:
             return

@@ -18,15 +18,17 @@ import yaml
 from rlix.core import names
 from rlix.core.crdgen import rljob_crd
 from rlix.core.objects import ObjectError, read_pod
+from rlix.demo import exclusive, metrics
 from rlix.demo.components import Components
 from rlix.demo.pods import PodRuntime
-from rlix.demo.workload import demo_jobs
+from rlix.demo.record import RunRecord
+from rlix.demo.workload import DemoJob, demo_jobs
 from rlix.devcluster import scheduler
 from rlix.devcluster.cluster import ClusterOptions, DevCluster, ExistingCluster
 from rlix.devcluster.processes import free_port, stop_process_group
 from rlix.devcluster.toolchain import bin_dir
 from rlix.views import rows as views
-from rlix.views.kube import Kube
+from rlix.views.kube import ClusterView, Kube
 
 Log = Callable[[str], None]
 FINISHED = ("Succeeded", "Failed")
@@ -64,37 +66,115 @@ class DemoOptions:
 
 
 class Demo:
-    def __init__(self, options: DemoOptions, *, log: Log = _log) -> None:
+    def __init__(
+        self, options: DemoOptions, *, log: Log = _log, jobs: list[DemoJob] | None = None
+    ) -> None:
         self.o = options
         self.log = log
-        self.jobs = {j.name: j for j in demo_jobs()}
+        self.jobs = {j.name: j for j in (jobs if jobs is not None else demo_jobs())}
         self.tally = Tally()
         # A fresh namespace per run: an existing cluster may still hold (or be
         # deleting) the jobs of an earlier run under the same names.
         self.namespace = f"rlix-demo-{uuid.uuid4().hex[:6]}"
+        self.record = RunRecord("rlix", {})
+
+    def _cluster(self, tools: Path) -> DevCluster | ExistingCluster:
+        if self.o.kubeconfig is not None:
+            return ExistingCluster(self.o.kubeconfig, tools)
+        return DevCluster(
+            ClusterOptions(
+                name=self.o.cluster_name,
+                nodes=self.o.nodes,
+                gpus=self.o.gpus,
+                gpu_memory_mib=self.o.gpu_memory_mib,
+                extender_port=free_port(),
+            ),
+            tools,
+        )
 
     def run(self) -> dict[str, Any]:
+        """One run with RLix; the summary (``format_summary``)."""
         workdir = self.o.workdir or Path(tempfile.mkdtemp(prefix="rlix-demo-"))
         tools = bin_dir()
-        cluster: DevCluster | ExistingCluster
-        if self.o.kubeconfig is not None:
-            cluster = ExistingCluster(self.o.kubeconfig, tools)
-        else:
-            cluster = DevCluster(
-                ClusterOptions(
-                    name=self.o.cluster_name,
-                    nodes=self.o.nodes,
-                    gpus=self.o.gpus,
-                    gpu_memory_mib=self.o.gpu_memory_mib,
-                    extender_port=free_port(),
-                ),
-                tools,
-            )
-        components = Components(workdir, cluster.kubeconfig)
-        runtime: PodRuntime | None = None
+        cluster = self._cluster(tools)
         scheduler_pid = 0
         try:
             extender_port, scheduler_pid = self._control_plane(cluster, tools, workdir)
+            self._run_rlix(cluster, workdir, extender_port)
+            return self._summary(Kube(str(cluster.kubeconfig)))
+        finally:
+            self._teardown(cluster, scheduler_pid, workdir)
+
+    def compare(self) -> list[RunRecord]:
+        """The job list twice on one cluster: exclusive default scheduling, then RLix.
+
+        The exclusive run goes first, so nothing RLix leaves on a node (its DRA
+        slices, the gpu-claims annotation) can be there for the baseline; its
+        namespace is deleted, and its pods gone, before RLix's run starts.
+        """
+        workdir = self.o.workdir or Path(tempfile.mkdtemp(prefix="rlix-demo-"))
+        tools = bin_dir()
+        cluster = self._cluster(tools)
+        scheduler_pid = 0
+        runs = []
+        log = self.log
+        base = Demo(self.o, log=lambda m: log(f"(exclusive) {m}"), jobs=list(self.jobs.values()))
+        try:
+            extender_port, scheduler_pid = self._control_plane(cluster, tools, workdir)
+            base._run_exclusive(cluster, workdir / "exclusive")
+            runs.append(base.record)
+            log(f"==> exclusive run done; deleting namespace {base.namespace}")
+            self.log = lambda m: log(f"(RLix) {m}")
+            cluster.kubectl(
+                "delete", "namespace", base.namespace, "--wait=true", "--timeout=180s", check=False
+            )
+            self._run_rlix(cluster, workdir / "rlix", extender_port)
+            runs.append(self.record)
+            return runs
+        finally:
+            if isinstance(cluster, ExistingCluster):  # a baseline that stopped half way
+                cluster.kubectl("delete", "namespace", base.namespace, "--wait=false", check=False)
+            self._teardown(cluster, scheduler_pid, workdir)
+
+    def _teardown(
+        self, cluster: DevCluster | ExistingCluster, scheduler_pid: int, workdir: Path
+    ) -> None:
+        if scheduler_pid:
+            stop_process_group(scheduler_pid)
+        if isinstance(cluster, ExistingCluster):
+            cluster.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
+        elif not self.o.keep:
+            cluster.down()
+        else:
+            self.log(f"cluster kept: export KUBECONFIG={cluster.kubeconfig}")
+        if self.o.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _agents(
+        self, components: Components, kube: Kube, workdir: Path, *, dra: bool
+    ) -> PodRuntime:
+        nodes = self._gpu_nodes(kube)
+        if not nodes:
+            raise RuntimeError("the cluster has no node with nvidia.com/gpu allocatable")
+        self.log(f"==> [3/5] node agents (simulated GPU backend) on {len(nodes)} GPU nodes")
+        sockets = {
+            name: components.agent(
+                name, gpus=gpus, gpu_memory_mib=memory, proc_root=workdir / "proc", dra=dra
+            )
+            for name, (gpus, memory) in nodes.items()
+        }
+        gpus_per_node = {n: g for n, (g, _) in nodes.items()}
+        self.record.gpus_per_node = dict(gpus_per_node)
+        return PodRuntime(workdir, sockets, self.jobs, gpus_per_node)
+
+    def _run_rlix(
+        self, cluster: DevCluster | ExistingCluster, workdir: Path, extender_port: int
+    ) -> None:
+        self.record = RunRecord("rlix", {})
+        self.tally = Tally()
+        components = Components(workdir, cluster.kubeconfig)
+        runtime: PodRuntime | None = None
+        try:
             self.log("==> [2/5] RLJob CRD, extender, operator")
             cluster.apply([rljob_crd()])
             cluster.kubectl(
@@ -103,43 +183,50 @@ class Demo:
             components.extender(extender_port)
             components.operator()
             kube = Kube(str(cluster.kubeconfig))
-            nodes = self._gpu_nodes(kube)
-            if not nodes:
-                raise RuntimeError("the cluster has no node with nvidia.com/gpu allocatable")
-            self.log(f"==> [3/5] node agents (simulated GPU backend) on {len(nodes)} GPU nodes")
-            sockets = {
-                name: components.agent(
-                    name, gpus=gpus, gpu_memory_mib=memory, proc_root=workdir / "proc"
-                )
-                for name, (gpus, memory) in nodes.items()
-            }
-            runtime = PodRuntime(workdir, sockets, self.jobs, {n: g for n, (g, _) in nodes.items()})
-            total = sum(g for g, _ in nodes.values())
+            runtime = self._agents(components, kube, workdir, dra=True)
+            total = sum(runtime.gpus_per_node.values())
             self.log(
                 f"==> [4/5] submitting {len(self.jobs)} RLJobs "
                 f"({sum(j.gpus for j in self.jobs.values())} GPUs of work for {total} GPUs)"
             )
             cluster.kubectl("create", "namespace", self.namespace, check=False)
+            # Through the API, as the baseline creates its pods: a kubectl process
+            # per job would spread the submissions over seconds on a loaded machine.
             for job in self.jobs.values():
-                cluster.apply([job.manifest(self.namespace)])
+                kube.create_rljob(job.manifest(self.namespace))
                 self.tally.submitted_at[job.name] = time.monotonic() - self.tally.started
+                self.record.submitted(job.name, time.time())
             self.log(f"==> [5/5] running (progress every 2 s; logs in {workdir / 'logs'})")
             self._watch(kube, runtime, components)
-            return self._summary(kube)
         finally:
             if runtime is not None:
                 runtime.stop_all()
             components.stop_all()
-            if scheduler_pid:
-                stop_process_group(scheduler_pid)
-            if isinstance(cluster, ExistingCluster):
-                cluster.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
-            elif not self.o.keep:
-                cluster.down()
-            else:
-                self.log(f"cluster kept: export KUBECONFIG={cluster.kubeconfig}")
-            if self.o.workdir is None:
-                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run_exclusive(self, cluster: DevCluster | ExistingCluster, workdir: Path) -> None:
+        """The baseline (``rlix.demo.exclusive``): plain pods, default-scheduler, whole GPUs."""
+        self.record = RunRecord("exclusive", {})
+        components = Components(workdir, cluster.kubeconfig)
+        runtime: PodRuntime | None = None
+        try:
+            kube = Kube(str(cluster.kubeconfig))
+            runtime = self._agents(components, kube, workdir, dra=False)
+            self.log(
+                f"==> [4/5] exclusive run: {len(self.jobs)} jobs as plain pods "
+                "(whole GPUs, default-scheduler, no RLix)"
+            )
+            cluster.kubectl("create", "namespace", self.namespace, check=False)
+            for job in exclusive.queue_order(list(self.jobs.values())):
+                for pod in exclusive.pod_manifests(job, self.namespace):
+                    kube.create_pod(pod)
+                self.tally.submitted_at[job.name] = time.monotonic() - self.tally.started
+                self.record.submitted(job.name, time.time())
+            self.log(f"==> [5/5] running (progress every 2 s; logs in {workdir / 'logs'})")
+            self._watch(kube, runtime, components, baseline=True)
+        finally:
+            if runtime is not None:
+                runtime.stop_all()
+            components.stop_all()
 
     def _control_plane(
         self, cluster: DevCluster | ExistingCluster, tools: Path, workdir: Path
@@ -172,39 +259,82 @@ class Demo:
                 found[row.name] = (row.gpus, row.memory_mib // row.gpus or 81920)
         return found
 
-    def _watch(self, kube: Kube, runtime: PodRuntime, components: Components) -> None:
+    def _watch(
+        self, kube: Kube, runtime: PodRuntime, components: Components, *, baseline: bool = False
+    ) -> None:
         deadline = time.monotonic() + self.o.timeout_s
         last_print = 0.0
         while time.monotonic() < deadline:
             for c in components.started:
                 if not c.alive():
                     raise RuntimeError(f"{c.name} died:\n{c.tail()}")
-            view = kube.view(self.namespace)
-            self._step_pods(kube, runtime, view.pods)
-            states = {
-                j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
-                for j in view.rljobs
-            }
+            # The baseline runs before the RLJob CRD exists: it reads pods and nodes only.
+            view = (
+                ClusterView([], kube.rlix_pods(self.namespace), kube.gpu_nodes())
+                if baseline
+                else kube.view(self.namespace)
+            )
+            self.record.observe(view.pods, kube.resource_claims(self.namespace), time.time())
+            self._step_pods(kube, runtime, view.pods, baseline=baseline)
+            states = (
+                self._baseline_states(kube, view.pods)
+                if baseline
+                else {
+                    j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
+                    for j in view.rljobs
+                }
+            )
             now = time.monotonic() - self.tally.started
             for name, state in states.items():
                 if state in FINISHED and name not in self.tally.finished_at:
                     self.tally.finished_at[name] = now
+                    self.record.finished(name, state, time.time())
             self._sample(view)
             if now - last_print >= 2.0:
                 last_print = now
-                self.log(self._progress_line(view, now))
+                self.log(self._progress_line(view, now, states if baseline else None))
             if states and all(s in FINISHED for s in states.values()):
-                self.log(self._progress_line(view, now))
+                self.log(self._progress_line(view, now, states if baseline else None))
+                self.record.observe(
+                    kube.rlix_pods(self.namespace),
+                    kube.resource_claims(self.namespace),
+                    time.time(),
+                )
+                self.record.close(time.time())
                 return
             time.sleep(0.5)
         raise RuntimeError(f"demo did not finish within {self.o.timeout_s:.0f}s")
 
-    def _step_pods(self, kube: Kube, runtime: PodRuntime, pods: list[dict[str, Any]]) -> None:
-        present = set()
+    def _baseline_states(self, kube: Kube, pods: list[dict[str, Any]]) -> dict[str, str]:
+        """Each baseline job's state from its pods; a finished job's pods are deleted."""
+        states = {}
+        for job in self.jobs.values():
+            done = exclusive.job_state(job, pods)
+            if done is not None and job.name not in self.tally.finished_at:
+                kube.delete_pods(self.namespace, f"{names.LABEL_JOB}={job.name}")
+            if done is None and job.name in self.tally.finished_at:
+                done = self.record.jobs[job.name].state  # its pods are gone now
+            running = exclusive.gang_bound(job, pods)
+            states[job.name] = done or ("Running" if running else "Queued")
+        return states
+
+    def _step_pods(
+        self, kube: Kube, runtime: PodRuntime, pods: list[dict[str, Any]], *, baseline: bool
+    ) -> None:
+        # Pods deleted (job done) first: their GPUs are free for pods bound since.
+        present = {pod["metadata"]["uid"] for pod in pods}
+        for uid in [u for u in [*runtime.running, *runtime.reserved] if u not in present]:
+            runtime.release(uid)  # stop its process, free its GPUs
+        # Baseline jobs start only as whole gangs (rlix.demo.exclusive); RLix's
+        # operator admits whole gangs itself.
+        startable = {
+            name
+            for name, job in self.jobs.items()
+            if not baseline or exclusive.gang_bound(job, pods)
+        }
         for pod in pods:
             meta, spec, status = pod["metadata"], pod["spec"], pod.get("status", {})
             uid = meta["uid"]
-            present.add(uid)
             try:
                 facts = read_pod(pod)
             except ObjectError:
@@ -219,24 +349,26 @@ class Demo:
                 or meta.get("deletionTimestamp")
             ):
                 continue
+            if facts.workload.job.split("/", 1)[-1] not in startable:
+                # Bound, waiting for its gang: a device plugin hands out the GPUs
+                # when the pod is admitted on its node, not when its job starts.
+                if not facts.workload.gpu_indices and uid not in runtime.reserved:
+                    self._note_gpus(kube, meta, runtime.reserve(uid, facts.workload))
+                continue
             started = runtime.start(pod, facts.workload)
             if started is not None:
-                kube.patch_pod(
-                    meta["namespace"],
-                    meta["name"],
-                    {
-                        "metadata": {
-                            "annotations": {
-                                names.ANNOTATION_GPU_INDICES: ",".join(map(str, started.gpus))
-                            }
-                        }
-                    },
-                )
-        for uid in [u for u in runtime.running if u not in present]:
-            runtime.release(uid)  # the operator deleted the pod (job done): stop its process
+                self._note_gpus(kube, meta, started.gpus)
         for ended, rc in runtime.exited():
             phase = "Succeeded" if rc == 0 else "Failed"
             kube.patch_pod_status(ended.namespace, ended.name, {"status": {"phase": phase}})
+
+    @staticmethod
+    def _note_gpus(kube: Kube, meta: dict[str, Any], gpus: list[int] | None) -> None:
+        """Write the GPUs the device-plugin stand-in gave the pod (rlix.io/gpu-indices)."""
+        if gpus:
+            value = ",".join(map(str, gpus))
+            body = {"metadata": {"annotations": {names.ANNOTATION_GPU_INDICES: value}}}
+            kube.patch_pod(meta["namespace"], meta["name"], body)
 
     def _sample(self, view: Any) -> None:
         rows = views.node_rows(view.nodes, view.pods)
@@ -245,10 +377,15 @@ class Demo:
         if total:
             self.tally.idle_samples.append(sum(r.idle_gpus or 0 for r in measured) / total)
 
-    def _progress_line(self, view: Any, now: float) -> str:
+    def _progress_line(self, view: Any, now: float, baseline: dict[str, str] | None) -> str:
         jobs = views.job_rows(view.rljobs, view.pods, datetime.now(UTC))
         s = views.summary(jobs, views.node_rows(view.nodes, view.pods))
-        states = " ".join(f"{k}={v}" for k, v in sorted(s.jobs_by_state.items()))
+        by_state = s.jobs_by_state
+        if baseline is not None:
+            by_state = {}
+            for state in baseline.values():
+                by_state[state] = by_state.get(state, 0) + 1
+        states = " ".join(f"{k}={v}" for k, v in sorted(by_state.items()))
         phases = " ".join(f"{j.name}:{j.phase}" for j in jobs if j.state == "Running")
         idle = f"{s.idle_pct:.0f}%" if s.idle_pct is not None else "n/a"
         return (
@@ -272,6 +409,8 @@ class Demo:
             "mean_jct_s": round(sum(jct) / len(jct), 1) if jct else None,
             "gpu_idle_pct": round(100 * sum(samples) / len(samples), 1) if samples else None,
             "preemptions": len(self.tally.suspended_seen),
+            # GPUs that pods of two or more jobs held at once (claims' allocations).
+            "gpus_shared": metrics.gpus_shared(self.record),
             "iterations": sum(int((j.get("status") or {}).get("iterations") or 0) for j in jobs),
         }
 
@@ -287,6 +426,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         ("mean job completion", f"{summary['mean_jct_s']} s"),
         ("GPU idle (time-averaged)", f"{summary['gpu_idle_pct']}%"),
         ("preemptions (pods suspended in place)", str(summary["preemptions"])),
+        ("GPUs shared (2+ jobs at once)", str(summary.get("gpus_shared", "-"))),
         ("demo wall time", f"{summary['wall_s']} s"),
     ]
     width = max(len(k) for k, _ in rows)

@@ -71,6 +71,35 @@ class Kube:
     def patch_pod_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         self._core.patch_namespaced_pod_status(name, namespace, body)
 
+    def resource_claims(self, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's ResourceClaims (a cluster without DRA has none: empty)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            out = self._raw(
+                self._custom.list_namespaced_custom_object,
+                "resource.k8s.io",
+                "v1",
+                namespace,
+                "resourceclaims",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return list(out.get("items", []))
+
+    def create_rljob(self, body: dict[str, Any]) -> None:
+        g, v, p = names.GROUP, names.VERSION, names.PLURAL
+        self._custom.create_namespaced_custom_object(g, v, body["metadata"]["namespace"], p, body)
+
+    def create_pod(self, body: dict[str, Any]) -> None:
+        # The client accepts a plain dict (it serialises it as is); its stub says V1Pod.
+        self._core.create_namespaced_pod(body["metadata"]["namespace"], body)  # type: ignore[arg-type]
+
+    def delete_pods(self, namespace: str, selector: str) -> None:
+        self._core.delete_collection_namespaced_pod(namespace, label_selector=selector)
+
     def view(self, namespace: str | None) -> ClusterView:
         return ClusterView(
             rljobs=self.rljobs(namespace), pods=self.rlix_pods(namespace), nodes=self.gpu_nodes()

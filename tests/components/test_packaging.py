@@ -23,7 +23,7 @@ EXTRAS: dict[str, list[str]] = PROJECT["optional-dependencies"]
 
 # Installed into users' environments: trainer images, laptops.
 USER_FACING = {"base": PROJECT["dependencies"]} | {
-    name: EXTRAS[name] for name in ("cli", "trl", "rllib", "test-torch")
+    name: EXTRAS[name] for name in ("cli", "trl", "rllib", "test-torch", "demo")
 }
 # Installed only into RLix's own images: exact pins keep those images reproducible.
 SERVER = ("operator", "extender", "agent")
