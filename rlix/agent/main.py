@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
 from rlix.agent.gpus import GpuBackend
@@ -27,6 +28,9 @@ from rlix.agent.relocation import CudaRelocator, DeviceRelocator, SimulatedHbm
 from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 from rlix.agent.slices import SlicePublisher, publish_slices
+
+if TYPE_CHECKING:
+    from rlix.agent.kubelet_plugin import KubeletPlugin
 
 DESCRIPTION = """\
 RLix node agent. One per GPU node (a privileged DaemonSet with hostPID).
@@ -194,6 +198,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not publish the GPUs as gpu.rlix.io DRA devices: the node keeps "
         "whole GPUs from another driver or device plugin (NVIDIA's)",
     )
+    p.add_argument(
+        "--kubelet-plugin",
+        action="store_true",
+        help="also serve the kubelet's DRA plugin API for gpu.rlix.io (registration "
+        "under <kubelet-dir>/plugins_registry, NodePrepareResources writing CDI specs "
+        "into --cdi-dir), so a real kubelet starts pods whose claims name these GPUs; "
+        "kube mode with DRA only (the chart sets it with nodeAgent.dra.enabled)",
+    )
+    p.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=Path("/var/lib/kubelet"),
+        help="the kubelet's root directory, at the same path the kubelet sees it "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--cdi-dir",
+        type=Path,
+        default=Path("/var/run/cdi"),
+        help="a CDI spec directory the container runtime reads (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -278,6 +303,19 @@ def _start_slices(
     ).start()
 
 
+def _kubelet_plugin(args: argparse.Namespace, api: object, backend: GpuBackend) -> KubeletPlugin:
+    from rlix.agent.claim_preparing import ClaimPreparer
+    from rlix.agent.kube_publishing import KubeSliceApi
+    from rlix.agent.kubelet_plugin import KubeletPlugin
+
+    preparer = ClaimPreparer(
+        KubeSliceApi(api), backend.gpus, node=args.node_name, cdi_dir=args.cdi_dir
+    )
+    plugin = KubeletPlugin(preparer, kubelet_dir=args.kubelet_dir)
+    plugin.start()
+    return plugin
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -289,6 +327,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.memory_overcommit < 1:
         print(
             f"rlix-node-agent: --memory-overcommit must be >= 1, got {args.memory_overcommit}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.kubelet_plugin and (args.no_kube or args.no_dra):
+        print(
+            "rlix-node-agent: --kubelet-plugin needs the API server and DRA "
+            "(not with --no-kube or --no-dra)",
             file=sys.stderr,
         )
         return 2
@@ -356,7 +401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if api is not None:
         _start_conducting(args, api, preemption, publisher, now)
+    plugin = _kubelet_plugin(args, api, backend) if args.kubelet_plugin else None
     server.serve_forever()
+    if plugin is not None:
+        plugin.stop()
     publisher.flush(timeout=5)
     publisher.stop()
     return 0
