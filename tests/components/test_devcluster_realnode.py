@@ -42,6 +42,8 @@ def test_containerd_config_is_self_contained() -> None:
     assert config["imports"] == [str(d / "containerd" / "conf.d" / "*.toml")]
     runtime = plugins["io.containerd.cri.v1.runtime"]
     assert runtime["restrict_oom_score_adj"] is True
+    # The gpu.rlix.io kubelet plugin's CDI specs (the chart's nodeAgent.dra.cdiDir).
+    assert runtime["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
     assert runtime["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
     images = plugins["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == "rlix.local/pause:abc"
