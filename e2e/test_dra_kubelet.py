@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from e2e.kube import apply, get_json, wait_for
-from e2e.realnode_pods import agent_objects, running_agent
+from e2e.realnode_pods import advertised_gpus, agent_objects, running_agent
 from rlix.core import dra, names
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
@@ -94,6 +94,18 @@ def dra_agent(dev: DevCluster, real_node: realnode.RealNode) -> Iterator[tuple[s
         },
     )
     cluster_scoped = [o for o in objects if o["kind"].startswith("Cluster")]
+    # The GPU labels the chart's DaemonSet selects nodes by (GPU feature discovery's).
+    with advertised_gpus(dev, gpus=GPUS, memory_mib=GPU_MIB):
+        yield from _agent_running(dev, real_node, ns, objects, cluster_scoped)
+
+
+def _agent_running(
+    dev: DevCluster,
+    real_node: realnode.RealNode,
+    ns: str,
+    objects: list[dict[str, Any]],
+    cluster_scoped: list[dict[str, Any]],
+) -> Iterator[tuple[str, str]]:
     try:
         dev.apply(objects)
         pod = wait_for("the node agent's pod to run", lambda: running_agent(dev, ns), timeout_s=180)
