@@ -10,8 +10,10 @@
 - The kubelet calls the agent's NodePrepareResources for each pod; the agent
   writes a CDI spec per claim, containerd applies it, and each container prints
   the environment it set (the GPU's uuid and index, the claim's memory).
-- Deleting the pods makes the kubelet call NodeUnprepareResources: the CDI specs
-  are gone.
+- The agent's pod is replaced (a restart): the new one registers again and
+  finds the specs the old one wrote.
+- Deleting the pods makes the kubelet call NodeUnprepareResources on the new
+  agent: the CDI specs are gone.
 
 Run with ``make test-node`` (marker ``realnode``; root).
 """
@@ -112,11 +114,9 @@ def _agent_running(
         try:
             wait_for(
                 "the kubelet to register the agent as the gpu.rlix.io DRA plugin",
-                lambda: (
-                    "the kubelet registered the gpu.rlix.io DRA plugin"
-                    in dev.kubectl("logs", "-n", ns, pod, check=False).stdout
-                ),
+                lambda: _registered(dev, ns, pod),
                 timeout_s=120,
+                every_s=1,
             )
             wait_for(
                 "the agent's slice with consumable memory",
@@ -143,6 +143,12 @@ def _agent_running(
             f"{names.ANNOTATION_NODE_GPU_CLAIMS}-", f"{names.ANNOTATION_NODE_GPUS}-",
             check=False,
         )  # fmt: skip
+
+
+def _registered(dev: DevCluster, ns: str, pod: str) -> bool:
+    """The agent logged the kubelet's NotifyRegistrationStatus(registered)."""
+    logs = dev.kubectl("logs", "-n", ns, pod, check=False).stdout
+    return "the kubelet registered the gpu.rlix.io DRA plugin" in logs
 
 
 def _node_annotations(dev: DevCluster) -> dict[str, str]:
@@ -286,13 +292,37 @@ def test_two_pods_share_one_gpu_prepared_by_the_kubelet_through_cdi(
         assert set(specs) == {f"rlix.io-gpu_{uid}.json" for uid in uids}
         assert {spec["kind"] for spec in specs.values()} == {"rlix.io/gpu"}
 
+        # A restarted agent (its DaemonSet replaces the pod) registers again and
+        # still serves what the old one prepared: the specs outlive it on the node.
+        agent_ns, old_pod = dra_agent
+        dev.kubectl("delete", "pod", old_pod, "-n", agent_ns, "--wait=true", timeout_s=120)
+        new_pod = wait_for(
+            "the agent's replacement to register with the kubelet",
+            lambda: (
+                (pod := running_agent(dev, agent_ns))
+                and pod != old_pod
+                and _registered(dev, agent_ns, pod)
+                and pod
+            ),
+            timeout_s=180,
+            every_s=1,
+        )
+        agent = (agent_ns, new_pod)
+        assert set(_cdi_specs(dev, agent)) == {f"rlix.io-gpu_{uid}.json" for uid in uids}
+
         # Gone pods are unprepared: the kubelet calls NodeUnprepareResources.
         for name in SHARES:
             dev.kubectl("delete", "pod", name, "-n", ns, "--wait=true", timeout_s=120)
-        wait_for(
-            "the CDI specs of both claims removed",
-            lambda: not _cdi_specs(dev, dra_agent),
-            timeout_s=120,
-        )
+        try:
+            wait_for(
+                "the CDI specs of both claims removed",
+                lambda: not _cdi_specs(dev, agent),
+                timeout_s=120,
+                every_s=1,
+            )
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}\n{_agent_log(dev, agent_ns)}\n{_kubelet_log(real_node)}"
+            ) from None
     finally:
         dev.kubectl("delete", "namespace", ns, "--wait=true", check=False, timeout_s=180)
