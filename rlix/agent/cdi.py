@@ -54,6 +54,36 @@ class PreparedGpu:
     memory_mib: int  # consumed by the claim on this GPU
 
 
+def vendor_device_ids(template: str, gpus: Sequence[PreparedGpu]) -> tuple[str, ...]:
+    """The GPU vendor's own CDI device ids for ``gpus`` (``template`` with
+    ``{uuid}`` or ``{index}``, e.g. ``nvidia.com/gpu={uuid}``): on a real GPU node
+    the device nodes and driver libraries come from NVIDIA's CDI spec (NVIDIA
+    Container Toolkit, ``nvidia-ctk cdi generate``), RLix's spec adds only the
+    environment. Empty template: none (simulated GPUs)."""
+    if not template:
+        return ()
+    check_vendor_template(template)
+    return tuple(template.format(uuid=g.uuid, index=g.index) for g in gpus)
+
+
+def check_vendor_template(template: str) -> None:
+    """Raise :class:`CdiError` naming what is wrong with a vendor device template."""
+    kind, sep, name = template.partition("=")
+    if not sep or "/" not in kind or not name:
+        raise CdiError(
+            f"vendor CDI device {template!r} is not '<vendor>/<class>=<name>' "
+            "(e.g. nvidia.com/gpu={uuid})"
+        )
+    try:
+        name.format(uuid="u", index=0)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise CdiError(
+            f"vendor CDI device {template!r}: only {{uuid}} and {{index}} may be used ({exc!r})"
+        ) from None
+    if "{uuid}" not in name and "{index}" not in name:
+        raise CdiError(f"vendor CDI device {template!r} names no GPU ({{uuid}} or {{index}})")
+
+
 def device_id(claim_uid: str) -> str:
     """The fully qualified CDI device id the runtime is given for a claim."""
     return f"{KIND}={_checked(claim_uid)}"

@@ -5,7 +5,8 @@ on this node. The agent reads the claim from the API server (the request says
 nothing about the allocation), takes every allocation result of its own driver
 on its own pool (the node's name, ``rlix.core.dra.resource_slice``), writes one
 CDI spec for the claim (``rlix.agent.cdi``) and answers, per result, the device
-and the CDI id the runtime must apply.
+and the CDI ids the runtime must apply: RLix's (the environment), and on a real
+GPU node the vendor's own device for that GPU (``--vendor-cdi-device``).
 
 Idempotent and restart-safe by construction: the spec file is a function of the
 claim (rewritten with the same content on a repeated Prepare, e.g. after the
@@ -57,7 +58,11 @@ class ClaimPreparer:
         *,
         node: str,
         cdi_dir: Path,
+        vendor_cdi_device: str = "",
     ) -> None:
+        if vendor_cdi_device:
+            cdi.check_vendor_template(vendor_cdi_device)
+        self._vendor = vendor_cdi_device
         self._claims = claims
         self._gpus = gpus
         self._node = node
@@ -107,10 +112,10 @@ class ClaimPreparer:
                 request=str(result.get("request", "")),
                 pool=str(result["pool"]),
                 device=str(result["device"]),
-                cdi_ids=(cdi_id,),
+                cdi_ids=(cdi_id, *cdi.vendor_device_ids(self._vendor, [gpu])),
                 share_id=str(result["shareID"]) if result.get("shareID") else None,
             )
-            for result, _ in prepared
+            for result, gpu in prepared
         ]
 
     def unprepare(self, uid: str) -> None:

@@ -219,6 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("/var/run/cdi"),
         help="a CDI spec directory the container runtime reads (default: %(default)s)",
     )
+    p.add_argument(
+        "--vendor-cdi-device",
+        default="",
+        help="with --kubelet-plugin on real GPU nodes: the GPU vendor's CDI device "
+        "each prepared GPU also gets, {uuid} or {index} filled in, e.g. "
+        "'nvidia.com/gpu={uuid}' or 'nvidia.com/gpu={index}', whichever names the "
+        "node's NVIDIA Container Toolkit CDI spec uses (`nvidia-ctk cdi list`); that "
+        "spec injects the device nodes and driver libraries (default: none, as for "
+        "simulated GPUs)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -309,7 +319,11 @@ def _kubelet_plugin(args: argparse.Namespace, api: object, backend: GpuBackend) 
     from rlix.agent.kubelet_plugin import KubeletPlugin
 
     preparer = ClaimPreparer(
-        KubeSliceApi(api), backend.gpus, node=args.node_name, cdi_dir=args.cdi_dir
+        KubeSliceApi(api),
+        backend.gpus,
+        node=args.node_name,
+        cdi_dir=args.cdi_dir,
+        vendor_cdi_device=args.vendor_cdi_device,
     )
     plugin = KubeletPlugin(preparer, kubelet_dir=args.kubelet_dir)
     plugin.start()
@@ -337,6 +351,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.vendor_cdi_device:
+        from rlix.agent.cdi import CdiError, check_vendor_template
+
+        try:
+            check_vendor_template(args.vendor_cdi_device)
+        except CdiError as exc:
+            print(f"rlix-node-agent: --vendor-cdi-device: {exc}", file=sys.stderr)
+            return 2
     if args.pod_map is not None and not args.no_kube:
         print("rlix-node-agent: --pod-map only applies with --no-kube", file=sys.stderr)
         return 2

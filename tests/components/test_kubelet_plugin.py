@@ -6,6 +6,7 @@ e2e/test_dra_kubelet.py)."""
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -247,3 +248,43 @@ def test_a_socket_path_too_long_is_refused_by_name(tmp_path: Path, claims: Claim
 def test_a_claim_uid_never_becomes_a_path(tmp_path: Path) -> None:
     with pytest.raises(cdi.CdiError, match="is not a Kubernetes uid"):
         cdi.write_spec(tmp_path, "../../etc/x", [cdi.PreparedGpu(0, "GPU-0", 1)])
+
+
+def test_a_vendor_cdi_device_is_added_per_gpu(tmp_path: Path, claims: Claims) -> None:
+    """On a real GPU node NVIDIA's own CDI device brings the device nodes."""
+    claims.add("a", UID_A, [result(0, 1000, request="gpu-0"), result(3, 2000, request="gpu-1")])
+    backend = SimulatedBackend(gpu_count=4, memory_mib=81920)
+    preparer = ClaimPreparer(
+        claims,
+        backend.gpus,
+        node=NODE,
+        cdi_dir=tmp_path,
+        vendor_cdi_device="nvidia.com/gpu={uuid}",
+    )
+    d0, d3 = preparer.prepare("ns", "a", UID_A)
+    uuids = [g.uuid for g in backend.gpus()]
+    assert d0.cdi_ids == (f"rlix.io/gpu={UID_A}", f"nvidia.com/gpu={uuids[0]}")
+    assert d3.cdi_ids == (f"rlix.io/gpu={UID_A}", f"nvidia.com/gpu={uuids[3]}")
+    by_index = ClaimPreparer(
+        claims,
+        backend.gpus,
+        node=NODE,
+        cdi_dir=tmp_path,
+        vendor_cdi_device="nvidia.com/gpu={index}",
+    )
+    assert by_index.prepare("ns", "a", UID_A)[1].cdi_ids[1] == "nvidia.com/gpu=3"
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("gpu={uuid}", "is not '<vendor>/<class>=<name>'"),
+        ("nvidia.com/gpu={serial}", "only {uuid} and {index} may be used"),
+        ("nvidia.com/gpu=all", "names no GPU"),
+    ],
+)
+def test_a_bad_vendor_cdi_device_is_refused_by_name(
+    tmp_path: Path, claims: Claims, template: str, message: str
+) -> None:
+    with pytest.raises(cdi.CdiError, match=re.escape(message)):
+        ClaimPreparer(claims, list, node=NODE, cdi_dir=tmp_path, vendor_cdi_device=template)
