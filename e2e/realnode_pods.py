@@ -123,6 +123,9 @@ def agent_objects(
             "parkDir": "/run/rlix-agent-parked",
             "nodeSelector": {realnode.NODE_LABEL: "true"},
             "tolerations": [{"key": realnode.TAINT_KEY, "operator": "Exists"}],
+            # The session's cluster has the gpu.rlix.io DeviceClass already, and the
+            # node's kubelet keeps its plugin directories under its own --root-dir.
+            "dra": {"createDeviceClass": False, "kubeletDir": str(node.kubelet_dir)},
             **(values or {}),
         },
     }

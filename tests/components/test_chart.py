@@ -304,25 +304,40 @@ def test_pod_disruption_budgets_select_their_component(helm: Helm) -> None:
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ([], ["--no-dra"]),
+        (["--set", "nodeAgent.dra.enabled=false"], ["--no-dra"]),
         (
-            ["--set", "nodeAgent.dra.enabled=true", "--set", "nodeAgent.dra.memoryOvercommit=1.5"],
+            [],
             [
-                "--memory-overcommit=1.5",
+                "--memory-overcommit=1",
                 "--kubelet-plugin",
                 "--kubelet-dir=/var/lib/kubelet",
                 "--cdi-dir=/var/run/cdi",
             ],
         ),
+        (
+            [
+                "--set",
+                "nodeAgent.dra.memoryOvercommit=1.5",
+                "--set",
+                "nodeAgent.dra.vendorCdiDevice=nvidia.com/gpu={uuid}",
+            ],
+            [
+                "--memory-overcommit=1.5",
+                "--kubelet-plugin",
+                "--kubelet-dir=/var/lib/kubelet",
+                "--cdi-dir=/var/run/cdi",
+                "--vendor-cdi-device=nvidia.com/gpu={uuid}",
+            ],
+        ),
     ],
-    ids=["default-whole-gpus", "dra"],
+    ids=["whole-gpus", "default-dra", "dra-nvidia"],
 )
-def test_the_agent_is_the_dra_driver_only_when_asked(
+def test_the_agent_is_the_dra_driver_unless_told_not_to(
     helm: Helm, values: list[str], expected: list[str]
 ) -> None:
     """The DeviceClass, slices and the kubelet plugin (its sockets at the
-    kubelet's paths, CDI specs where the runtime reads them) only with
-    nodeAgent.dra.enabled (docs/dra.md)."""
+    kubelet's paths, CDI specs where the runtime reads them) with
+    nodeAgent.dra.enabled, the default (docs/dra.md)."""
     result = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
