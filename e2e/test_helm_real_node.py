@@ -377,16 +377,20 @@ def test_an_rljob_runs_to_succeeded_through_the_installed_components(
                     ],
                 },
             })  # fmt: skip
+            # The chart's agent is the gpu.rlix.io driver (nodeAgent.dra.enabled):
+            # the operator pins each pod's claim, the kubelet has the agent
+            # prepare it. Claims go with the finished job, so they are seen on the way.
+            allocated: dict[str, dict[str, Any]] = {}
+
+            def finished() -> dict[str, Any] | None:
+                for claim in get_json(dev, "resourceclaims", "-n", ns)["items"]:
+                    if (claim.get("status") or {}).get("allocation"):
+                        allocated[claim["metadata"]["name"]] = claim["status"]["allocation"]
+                s = get_json(dev, "rlj", job, "-n", ns).get("status", {})
+                return s if s.get("state") in ("Succeeded", "Failed") else None
+
             try:
-                status = wait_for(
-                    "the RLJob to succeed",
-                    lambda: (
-                        (s := get_json(dev, "rlj", job, "-n", ns).get("status", {})).get("state")
-                        in ("Succeeded", "Failed")
-                        and s
-                    ),
-                    timeout_s=240,
-                )
+                status = wait_for("the RLJob to succeed", finished, timeout_s=240, every_s=1)
             except AssertionError as exc:
                 pods = dev.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
                 events = dev.kubectl("get", "events", "-n", ns, check=False).stdout
@@ -394,6 +398,10 @@ def test_an_rljob_runs_to_succeeded_through_the_installed_components(
                     f"{exc}\n{pods}\n{events}\n{_diagnose(dev, release)}"
                 ) from None
             assert status["state"] == "Succeeded", status
+            assert sorted(allocated) == [f"{job}-gen-0", f"{job}-policy-0"], allocated
+            for allocation in allocated.values():
+                [result] = allocation["devices"]["results"]
+                assert (result["driver"], result["pool"]) == ("gpu.rlix.io", realnode.NODE_NAME)
             # Bound by the installed scheduler: its pod, not the session's own process.
             [scheduler_pod] = _pods(dev, release)["scheduler"]
             scheduled = [
