@@ -151,6 +151,11 @@ def _registered(dev: DevCluster, ns: str, pod: str) -> bool:
     return "the kubelet registered the gpu.rlix.io DRA plugin" in logs
 
 
+def _slice_uid(dev: DevCluster, name: str) -> str | None:
+    found = dev.kubectl("get", "resourceslice", name, "-o", "jsonpath={.metadata.uid}", check=False)
+    return found.stdout.strip() or None if found.returncode == 0 else None
+
+
 def _node_annotations(dev: DevCluster) -> dict[str, str]:
     return dict(get_json(dev, "node", realnode.NODE_NAME)["metadata"].get("annotations") or {})
 
@@ -241,6 +246,21 @@ def test_two_pods_share_one_gpu_prepared_by_the_kubelet_through_cdi(
     )
     assert sorted(published) == list(range(GPUS))
     gpu = published[0]
+
+    # A kubelet deletes its node's slices when it starts: the agent writes its
+    # slice again (and, until then, found it each time it looked).
+    agent_ns, agent_pod = dra_agent
+    gone = "slice was deleted"
+    assert gone not in dev.kubectl("logs", "-n", agent_ns, agent_pod).stdout
+    name = dra.slice_name(realnode.NODE_NAME)
+    uid = _slice_uid(dev, name)
+    dev.kubectl("delete", "resourceslice", name)
+    wait_for(
+        "the agent to publish its slice again",
+        lambda: _slice_uid(dev, name) not in (None, uid),
+        timeout_s=60,
+        every_s=1,
+    )
     ns = f"t-{uuid.uuid4().hex[:10]}"
     dev.kubectl("create", "namespace", ns)
     try:
