@@ -86,9 +86,16 @@ generate: venv ## Regenerate crds/ (and the chart's copy) from the RLJob models 
 	$(PY) hack/generate_crds.py
 	cp crds/rlix.io_rljobs.yaml charts/rlix/crds/rlix.io_rljobs.yaml
 
+.PHONY: protos
+protos: venv ## Regenerate the kubelet API messages (rlix/agent/kubelet_api/*_pb2.py) from their .proto files
+	PYTHON=$(PY) hack/protos.sh
+
 .PHONY: verify
-verify: venv ## Fail if crds/ or the chart's CRDs drifted from the models
+verify: venv ## Fail if crds/ or the chart's CRDs drifted from the models, or the kubelet API messages from their .proto
 	$(PY) hack/generate_crds.py --check
+	@tmp=$$(mktemp -d) && PYTHON=$(PY) hack/protos.sh $$tmp && \
+		diff -r -x '*.proto' -x '__init__.py' -x '__pycache__' rlix/agent/kubelet_api $$tmp; \
+		rc=$$?; rm -rf $$tmp; [ $$rc -eq 0 ] || { echo "rlix/agent/kubelet_api drifted from its .proto: run 'make protos'"; exit 1; }
 	@diff -u crds/rlix.io_rljobs.yaml charts/rlix/crds/rlix.io_rljobs.yaml || \
 		{ echo "charts/rlix/crds drifted from crds/: run 'make generate'"; exit 1; }
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rlix.core import names
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "rlix"
 
 
 def real_pod(node: realnode.RealNode, name: str, command: list[str]) -> dict[str, Any]:
@@ -96,3 +101,61 @@ def helm(
     if result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args[:2])} failed: {result.stderr}")
     return result.stdout
+
+
+def agent_objects(
+    cluster: DevCluster,
+    node: realnode.RealNode,
+    ns: str,
+    values: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The chart's node-agent objects, rendered by helm for the real node
+    (simulated GPUs); ``values`` are merged into ``nodeAgent``."""
+    ref, tag = node.agent_image.rsplit(":", 1)
+    registry, repository = ref.split("/", 1)
+    chart_values = {
+        "global": {"imageRegistry": registry},
+        "nodeAgent": {
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+            "backend": "simulated",
+            "publishInterval": 1,
+            # In the node's private /run (tmpfs): nothing lands on the machine.
+            "parkDir": "/run/rlix-agent-parked",
+            "nodeSelector": {realnode.NODE_LABEL: "true"},
+            "tolerations": [{"key": realnode.TAINT_KEY, "operator": "Exists"}],
+            # The session's cluster has the gpu.rlix.io DeviceClass already, and the
+            # node's kubelet keeps its plugin directories under its own --root-dir.
+            "dra": {"createDeviceClass": False, "kubeletDir": str(node.kubelet_dir)},
+            **(values or {}),
+        },
+    }
+    server = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    rendered = helm(
+        cluster,
+        "template", "realpods", str(CHART), "--namespace", ns,
+        "--show-only", "templates/node-agent.yaml",
+        "--kube-version", server["gitVersion"], "-f", "-",
+        input=yaml.safe_dump(chart_values),
+    )  # fmt: skip
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    daemonset = next(o for o in objects if o["kind"] == "DaemonSet")
+    container = daemonset["spec"]["template"]["spec"]["containers"][0]
+    # The one difference from a real cluster: no kube-proxy on the test node, so
+    # the agent names the API server by a name its certificate carries; the
+    # node's CoreDNS resolves it to the kubernetes Service's ClusterIP, which the
+    # node's namespace forwards to the API server (rlix.devcluster.netns_forward).
+    container["env"] += [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "kubernetes.default.svc"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "443"},
+    ]
+    return objects
+
+
+def running_agent(cluster: DevCluster, ns: str) -> str | None:
+    """The name of the agent's pod in ``ns`` once its container is ready."""
+    found = cluster.kubectl("get", "pods", "-n", ns, "-o", "json")
+    for pod in json.loads(found.stdout)["items"]:
+        statuses = pod["status"].get("containerStatuses") or []
+        if statuses and statuses[0].get("ready"):
+            return str(pod["metadata"]["name"])
+    return None

@@ -102,7 +102,9 @@ def helm(dev: DevCluster, *args: str, input: str | None = None, timeout_s: float
     return realnode_pods.helm(dev, *args, input=input, timeout_s=timeout_s, binary=HELM)
 
 
-def _values(tags: dict[str, str], *, extender_weight: int = 5) -> dict[str, Any]:
+def _values(
+    tags: dict[str, str], node: realnode.RealNode, *, extender_weight: int = 5
+) -> dict[str, Any]:
     pin = {
         "nodeSelector": {realnode.NODE_LABEL: "true"},
         "tolerations": [{"key": realnode.TAINT_KEY, "operator": "Exists"}],
@@ -129,8 +131,9 @@ def _values(tags: dict[str, str], *, extender_weight: int = 5) -> dict[str, Any]
     probe = {"exec": {"command": ["rlix", "agent", "--socket", "/run/rlix/agent.sock", "status"]}}
     values["nodeAgent"] |= {
         "backend": "simulated",
-        # The session's cluster has the gpu.rlix.io DeviceClass already.
-        "dra": {"createDeviceClass": False},
+        # The session's cluster has the gpu.rlix.io DeviceClass already, and the
+        # node's kubelet keeps its plugin directories under its own --root-dir.
+        "dra": {"createDeviceClass": False, "kubeletDir": str(node.kubelet_dir)},
         "publishInterval": 1,
         # In the node's private /run (tmpfs): nothing lands on the machine.
         "parkDir": "/run/rlix-agent-parked",
@@ -159,7 +162,7 @@ def release(dev: DevCluster, real_node: realnode.RealNode, images: dict[str, str
     with advertised_gpus(dev, gpus=GPUS, memory_mib=GPU_MIB):
         try:
             try:
-                _helm_release(dev, "install", ns, _values(images))
+                _helm_release(dev, "install", ns, _values(images, real_node))
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{_diagnose(dev, ns)}") from None
             yield ns
@@ -206,13 +209,26 @@ def test_every_component_runs_as_a_real_container_ready_through_its_probes(
     dev: DevCluster, release: str
 ) -> None:
     ns = release
-    pods = _pods(dev, ns)
-    assert sorted(pods) == sorted(COMPONENTS), _diagnose(dev, ns)
+    # `helm install --wait` does not wait for the agent: a DaemonSet with
+    # maxUnavailable 1 on one node counts as ready with no pod ready.
+    try:
+        pods = wait_for(
+            "every component's pod Ready",
+            lambda: (
+                (found := _pods(dev, ns))
+                and sorted(found) == sorted(COMPONENTS)
+                and all(_ready(p) for ps in found.values() for p in ps)
+                and found
+            ),
+            timeout_s=120,
+            every_s=1,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnose(dev, ns)}") from None
     for component, found in pods.items():
         [pod] = found
         spec = pod["spec"]
         assert spec["nodeName"] == realnode.NODE_NAME, component
-        assert _ready(pod), (component, pod["status"])
         [status] = pod["status"]["containerStatuses"]
         assert status["containerID"].startswith("containerd://"), component
         assert status["restartCount"] == 0, (component, _diagnose(dev, ns))
@@ -361,16 +377,20 @@ def test_an_rljob_runs_to_succeeded_through_the_installed_components(
                     ],
                 },
             })  # fmt: skip
+            # The chart's agent is the gpu.rlix.io driver (nodeAgent.dra.enabled):
+            # the operator pins each pod's claim, the kubelet has the agent
+            # prepare it. Claims go with the finished job, so they are seen on the way.
+            allocated: dict[str, dict[str, Any]] = {}
+
+            def finished() -> dict[str, Any] | None:
+                for claim in get_json(dev, "resourceclaims", "-n", ns)["items"]:
+                    if (claim.get("status") or {}).get("allocation"):
+                        allocated[claim["metadata"]["name"]] = claim["status"]["allocation"]
+                s = get_json(dev, "rlj", job, "-n", ns).get("status", {})
+                return s if s.get("state") in ("Succeeded", "Failed") else None
+
             try:
-                status = wait_for(
-                    "the RLJob to succeed",
-                    lambda: (
-                        (s := get_json(dev, "rlj", job, "-n", ns).get("status", {})).get("state")
-                        in ("Succeeded", "Failed")
-                        and s
-                    ),
-                    timeout_s=240,
-                )
+                status = wait_for("the RLJob to succeed", finished, timeout_s=240, every_s=1)
             except AssertionError as exc:
                 pods = dev.kubectl("get", "pods", "-n", ns, "-o", "wide", check=False).stdout
                 events = dev.kubectl("get", "events", "-n", ns, check=False).stdout
@@ -378,6 +398,10 @@ def test_an_rljob_runs_to_succeeded_through_the_installed_components(
                     f"{exc}\n{pods}\n{events}\n{_diagnose(dev, release)}"
                 ) from None
             assert status["state"] == "Succeeded", status
+            assert sorted(allocated) == [f"{job}-gen-0", f"{job}-policy-0"], allocated
+            for allocation in allocated.values():
+                [result] = allocation["devices"]["results"]
+                assert (result["driver"], result["pool"]) == ("gpu.rlix.io", realnode.NODE_NAME)
             # Bound by the installed scheduler: its pod, not the session's own process.
             [scheduler_pod] = _pods(dev, release)["scheduler"]
             scheduled = [
@@ -438,11 +462,11 @@ def _check_metrics_moved(
 
 
 def test_helm_upgrade_changes_a_value_and_uninstall_leaves_nothing(
-    dev: DevCluster, release: str, images: dict[str, str]
+    dev: DevCluster, real_node: realnode.RealNode, release: str, images: dict[str, str]
 ) -> None:
     ns = release
     [before] = _pods(dev, ns)["scheduler"]
-    _helm_release(dev, "upgrade", ns, _values(images, extender_weight=7))
+    _helm_release(dev, "upgrade", ns, _values(images, real_node, extender_weight=7))
     config = get_json(dev, "configmap", f"{RELEASE}-rlix-scheduler", "-n", ns)
     assert "weight: 7" in config["data"]["config.yaml"]
     # The changed configuration restarted the scheduler (checksum annotation).

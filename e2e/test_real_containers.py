@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, get_json, wait_for
-from e2e.realnode_pods import advertised_gpus, helm
+from e2e.realnode_pods import advertised_gpus, agent_objects, running_agent
 from rlix.agent.cgroups import pod_uid_from_cgroup
 from rlix.core import names
 from rlix.devcluster import realnode
@@ -41,9 +40,7 @@ from rlix.devcluster.cluster import DevCluster, ExistingCluster
 
 pytestmark = pytest.mark.realnode
 
-ROOT = Path(__file__).resolve().parent.parent
 TRAINER = Path(__file__).parent / "probes" / "real_trainer.py"
-CHART = ROOT / "charts" / "rlix"
 JOB = "rt"
 SIZE = 4 << 20  # real_trainer.SIZE
 # The simulated backend's defaults, which the chart's DaemonSet does not change.
@@ -63,44 +60,6 @@ def gpu_node(dev: DevCluster, real_node: realnode.RealNode) -> Iterator[str]:
         yield realnode.NODE_NAME
 
 
-def _agent_objects(cluster: DevCluster, node: realnode.RealNode, ns: str) -> list[dict[str, Any]]:
-    """The chart's node-agent objects, rendered by helm for the real node."""
-    ref, tag = node.agent_image.rsplit(":", 1)
-    registry, repository = ref.split("/", 1)
-    values = {
-        "global": {"imageRegistry": registry},
-        "nodeAgent": {
-            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-            "backend": "simulated",
-            "publishInterval": 1,
-            # In the node's private /run (tmpfs): nothing lands on the machine.
-            "parkDir": "/run/rlix-agent-parked",
-            "nodeSelector": {realnode.NODE_LABEL: "true"},
-            "tolerations": [{"key": realnode.TAINT_KEY, "operator": "Exists"}],
-        },
-    }
-    server = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
-    rendered = helm(
-        cluster,
-        "template", "realpods", str(CHART), "--namespace", ns,
-        "--show-only", "templates/node-agent.yaml",
-        "--kube-version", server["gitVersion"], "-f", "-",
-        input=yaml.safe_dump(values),
-    )  # fmt: skip
-    objects = [o for o in yaml.safe_load_all(rendered) if o]
-    daemonset = next(o for o in objects if o["kind"] == "DaemonSet")
-    container = daemonset["spec"]["template"]["spec"]["containers"][0]
-    # The one difference from a real cluster: no kube-proxy on the test node, so
-    # the agent names the API server by a name its certificate carries; the
-    # node's CoreDNS resolves it to the kubernetes Service's ClusterIP, which the
-    # node's namespace forwards to the API server (rlix.devcluster.netns_forward).
-    container["env"] += [
-        {"name": "KUBERNETES_SERVICE_HOST", "value": "kubernetes.default.svc"},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": "443"},
-    ]
-    return objects
-
-
 @pytest.fixture(scope="module")
 def agent(
     dev: DevCluster, real_node: realnode.RealNode, gpu_node: str
@@ -108,13 +67,13 @@ def agent(
     """The node agent's DaemonSet pod on the real node: (namespace, pod name)."""
     ns = f"rlix-agent-{uuid.uuid4().hex[:8]}"
     dev.kubectl("create", "namespace", ns)
-    objects = _agent_objects(dev, real_node, ns)
+    objects = agent_objects(dev, real_node, ns)
     cluster_scoped = [o for o in objects if o["kind"].startswith("Cluster")]
     try:
         dev.apply(objects)
         pod = wait_for(
             "the node agent's pod to run",
-            lambda: _running_agent(dev, ns),
+            lambda: running_agent(dev, ns),
             timeout_s=180,
         )
         try:
@@ -133,14 +92,6 @@ def agent(
             dev.kubectl(
                 "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False
             )
-
-
-def _running_agent(cluster: DevCluster, ns: str) -> str | None:
-    for pod in get_json(cluster, "pods", "-n", ns)["items"]:
-        statuses = pod["status"].get("containerStatuses") or []
-        if statuses and statuses[0].get("ready"):
-            return str(pod["metadata"]["name"])
-    return None
 
 
 def _annotations(cluster: DevCluster, *args: str) -> dict[str, str]:

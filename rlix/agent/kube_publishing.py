@@ -153,8 +153,9 @@ def core_v1_api(kubeconfig: str | None) -> Any:
 
 
 class KubeSliceApi:
-    """The slice port over raw JSON requests (the typed client would validate
-    every body against its own models, which lag the API's DRA fields)."""
+    """The DRA port (slices; claims for the kubelet plugin) over raw JSON requests
+    (the typed client would validate every body against its own models, which
+    lag the API's DRA fields)."""
 
     def __init__(self, api: Any) -> None:
         """``api`` is a ``kubernetes.client.CoreV1Api`` (its ApiClient is used)."""
@@ -196,6 +197,20 @@ class KubeSliceApi:
         except SliceRequestError as exc:
             if exc.status != 404:
                 raise
+
+    def read_slice(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._request("GET", f"{SLICES}/{name}")
+        except SliceRequestError as exc:
+            if exc.status != 404:
+                raise
+        return None
+
+    def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """A ResourceClaim (for NodePrepareResources: the allocation says which GPUs)."""
+        return self._request(
+            "GET", f"/apis/{API_VERSION}/namespaces/{namespace}/resourceclaims/{name}"
+        )
 
     def patch_node_annotations(self, *, node: str, annotations: Mapping[str, str | None]) -> None:
         self._request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"annotations": annotations}})

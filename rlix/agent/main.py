@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
 from rlix.agent.gpus import GpuBackend
@@ -29,6 +30,9 @@ from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 from rlix.agent.slices import SlicePublisher, publish_slices
 from rlix.core.mps import MPS_DIR
+
+if TYPE_CHECKING:
+    from rlix.agent.kubelet_plugin import KubeletPlugin
 
 DESCRIPTION = """\
 RLix node agent. One per GPU node (a privileged DaemonSet with hostPID).
@@ -220,6 +224,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="the node's MPS directory (pipe/, log/, shm/), the same path the "
         "operator mounts into MPS clients (default: %(default)s)",
     )
+    p.add_argument(
+        "--kubelet-plugin",
+        action="store_true",
+        help="also serve the kubelet's DRA plugin API for gpu.rlix.io (registration "
+        "under <kubelet-dir>/plugins_registry, NodePrepareResources writing CDI specs "
+        "into --cdi-dir), so a real kubelet starts pods whose claims name these GPUs; "
+        "kube mode with DRA only (the chart sets it with nodeAgent.dra.enabled)",
+    )
+    p.add_argument(
+        "--kubelet-dir",
+        type=Path,
+        default=Path("/var/lib/kubelet"),
+        help="the kubelet's root directory, at the same path the kubelet sees it "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--cdi-dir",
+        type=Path,
+        default=Path("/var/run/cdi"),
+        help="a CDI spec directory the container runtime reads (default: %(default)s)",
+    )
+    p.add_argument(
+        "--vendor-cdi-device",
+        default="",
+        help="with --kubelet-plugin on real GPU nodes: the GPU vendor's CDI device "
+        "each prepared GPU also gets, {uuid} or {index} filled in, e.g. "
+        "'nvidia.com/gpu={uuid}' or 'nvidia.com/gpu={index}', whichever names the "
+        "node's NVIDIA Container Toolkit CDI spec uses (`nvidia-ctk cdi list`); that "
+        "spec injects the device nodes and driver libraries (default: none, as for "
+        "simulated GPUs)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -372,22 +407,51 @@ def _start_slices(
     ).start()
 
 
+def _kubelet_plugin(args: argparse.Namespace, api: object, backend: GpuBackend) -> KubeletPlugin:
+    from rlix.agent.claim_preparing import ClaimPreparer
+    from rlix.agent.kube_publishing import KubeSliceApi
+    from rlix.agent.kubelet_plugin import KubeletPlugin
+
+    preparer = ClaimPreparer(
+        KubeSliceApi(api),
+        backend.gpus,
+        node=args.node_name,
+        cdi_dir=args.cdi_dir,
+        vendor_cdi_device=args.vendor_cdi_device,
+    )
+    plugin = KubeletPlugin(preparer, kubelet_dir=args.kubelet_dir)
+    plugin.start()
+    return plugin
+
+
+def _argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags together (argparse checks each alone), or None."""
+    if not args.node_name:
+        return "--node-name (or $NODE_NAME) is required"
+    if args.memory_overcommit < 1:
+        return f"--memory-overcommit must be >= 1, got {args.memory_overcommit}"
+    if args.kubelet_plugin and (args.no_kube or args.no_dra):
+        return "--kubelet-plugin needs the API server and DRA (not with --no-kube or --no-dra)"
+    if args.vendor_cdi_device:
+        from rlix.agent.cdi import CdiError, check_vendor_template
+
+        try:
+            check_vendor_template(args.vendor_cdi_device)
+        except CdiError as exc:
+            return f"--vendor-cdi-device: {exc}"
+    if args.pod_map is not None and not args.no_kube:
+        return "--pod-map only applies with --no-kube"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if not args.node_name:
-        print("rlix-node-agent: --node-name (or $NODE_NAME) is required", file=sys.stderr)
-        return 2
-    if args.memory_overcommit < 1:
-        print(
-            f"rlix-node-agent: --memory-overcommit must be >= 1, got {args.memory_overcommit}",
-            file=sys.stderr,
-        )
-        return 2
-    if args.pod_map is not None and not args.no_kube:
-        print("rlix-node-agent: --pod-map only applies with --no-kube", file=sys.stderr)
+    error = _argument_error(args)
+    if error is not None:
+        print(f"rlix-node-agent: {error}", file=sys.stderr)
         return 2
 
     backend, checkpointer, relocator = _gpu_backend(args)
@@ -454,7 +518,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _start_conducting(args, api, preemption, publisher, now, rosters=server.rosters)
         if args.overrun_interval > 0:
             _start_overrun_watch(args, api, backend, metrics, server.stopped)
+    plugin = _kubelet_plugin(args, api, backend) if args.kubelet_plugin else None
     server.serve_forever()
+    if plugin is not None:
+        plugin.stop()
     publisher.flush(timeout=5)
     publisher.stop()
     return 0

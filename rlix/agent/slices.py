@@ -4,7 +4,8 @@ One slice per node, one device per GPU (see ``rlix.core.dra``), republished
 when the inventory changes (a GPU appears, goes, or changes size; never for a
 change of usage, which would churn the scheduler's view every few seconds).
 The slice is owned by the Node, so the garbage collector removes it with the
-node. After each write the agent checks that the API server kept the
+node, and is written again when it disappears otherwise (a starting kubelet
+deletes its node's slices). After each write the agent checks that the API server kept the
 consumable-capacity fields: a cluster without them (before Kubernetes 1.36
 without the DRAConsumableCapacity gate) would otherwise offer each GPU whole
 to one claim while RLix promised it to several. There the slice is withdrawn
@@ -32,6 +33,10 @@ class SliceApi(Protocol):
         """Create or replace the slice; the object as the API server stored it."""
         ...
 
+    def read_slice(self, name: str) -> Mapping[str, Any] | None:
+        """The slice, or None when there is none."""
+        ...
+
     def delete_slice(self, name: str) -> None: ...
 
     def patch_node_annotations(
@@ -57,7 +62,7 @@ class SlicePublisher:
     def publish(self, gpus: Sequence[GpuInfo]) -> None:
         """Publish the slice if the inventory changed since the last success."""
         inventory = _inventory(gpus)
-        if inventory == self._published:
+        if inventory == self._published and (not self.shares or self._still_there()):
             return
         node = self._api.read_node(self._node)
         meta = node.get("metadata") or {}
@@ -102,6 +107,20 @@ class SlicePublisher:
         )
         self.shares = shares
         self._published = inventory
+
+    def _still_there(self) -> bool:
+        """Whether the published slice still exists. A kubelet deletes its node's
+        slices of every driver when it starts, and of a driver whose plugin stayed
+        unregistered for a while (kubernetes pkg/kubelet/cm/dra/plugin): after
+        that the node would offer no GPUs until the inventory changed."""
+        if self._api.read_slice(dra.slice_name(self._node)) is not None:
+            return True
+        log.info(
+            "node %s: the %s slice was deleted (by the kubelet?); republishing",
+            self._node,
+            dra.DRIVER,
+        )
+        return False
 
     def withdraw(self) -> None:
         """Stop driving the node's GPUs (the agent is told to stop publishing)."""

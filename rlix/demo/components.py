@@ -61,9 +61,19 @@ class Components:
         return c
 
     def agent(
-        self, node: str, *, gpus: int, gpu_memory_mib: int, proc_root: Path, dra: bool = True
+        self,
+        node: str,
+        *,
+        gpus: int,
+        gpu_memory_mib: int,
+        proc_root: Path,
+        dra: bool = True,
+        overcommit: float = 1.0,
     ) -> Path:
-        """A simulated node agent; ``dra=False`` (the exclusive baseline) publishes no slice."""
+        """A simulated node agent; ``dra=False`` (the exclusive baseline) publishes no slice.
+
+        ``overcommit`` > 1 publishes headroom a waiting job is admitted into when
+        lower-priority rollouts park for it (docs/conductor.md)."""
         socket = self.workdir / "agents" / f"{node}.sock"
         socket.parent.mkdir(parents=True, exist_ok=True)
         c = Component(
@@ -90,7 +100,7 @@ class Components:
                 str(gpu_memory_mib),
                 "--publish-interval",
                 "1",
-                *(() if dra else ("--no-dra",)),
+                *((f"--memory-overcommit={overcommit:g}",) if dra else ("--no-dra",)),
             ),
             self.workdir / "logs" / f"agent-{node}.log",
         )

@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +22,7 @@ from rlix.demo import exclusive, metrics
 from rlix.demo.components import Components
 from rlix.demo.pods import PodRuntime
 from rlix.demo.record import RunRecord
-from rlix.demo.workload import DemoJob, demo_jobs
+from rlix.demo.workload import MEMORY_OVERCOMMIT, DemoJob, demo_jobs
 from rlix.devcluster import scheduler
 from rlix.devcluster.cluster import ClusterOptions, DevCluster, ExistingCluster
 from rlix.devcluster.processes import free_port, stop_process_group
@@ -159,7 +159,12 @@ class Demo:
         self.log(f"==> [3/5] node agents (simulated GPU backend) on {len(nodes)} GPU nodes")
         sockets = {
             name: components.agent(
-                name, gpus=gpus, gpu_memory_mib=memory, proc_root=workdir / "proc", dra=dra
+                name,
+                gpus=gpus,
+                gpu_memory_mib=memory,
+                proc_root=workdir / "proc",
+                dra=dra,
+                overcommit=MEMORY_OVERCOMMIT,
             )
             for name, (gpus, memory) in nodes.items()
         }
@@ -184,18 +189,20 @@ class Demo:
             components.operator()
             kube = Kube(str(cluster.kubeconfig))
             runtime = self._agents(components, kube, workdir, dra=True)
+            self._await_claims(kube, runtime.gpus_per_node)
             total = sum(runtime.gpus_per_node.values())
             self.log(
                 f"==> [4/5] submitting {len(self.jobs)} RLJobs "
                 f"({sum(j.gpus for j in self.jobs.values())} GPUs of work for {total} GPUs)"
             )
             cluster.kubectl("create", "namespace", self.namespace, check=False)
+
             # Through the API, as the baseline creates its pods: a kubectl process
             # per job would spread the submissions over seconds on a loaded machine.
-            for job in self.jobs.values():
+            def submit(job: DemoJob) -> None:
                 kube.create_rljob(job.manifest(self.namespace))
-                self.tally.submitted_at[job.name] = time.monotonic() - self.tally.started
-                self.record.submitted(job.name, time.time())
+
+            self._start_arrivals(list(self.jobs.values()), submit)
             self.log(f"==> [5/5] running (progress every 2 s; logs in {workdir / 'logs'})")
             self._watch(kube, runtime, components)
         finally:
@@ -216,11 +223,12 @@ class Demo:
                 "(whole GPUs, default-scheduler, no RLix)"
             )
             cluster.kubectl("create", "namespace", self.namespace, check=False)
-            for job in exclusive.queue_order(list(self.jobs.values())):
+
+            def submit(job: DemoJob) -> None:
                 for pod in exclusive.pod_manifests(job, self.namespace):
                     kube.create_pod(pod)
-                self.tally.submitted_at[job.name] = time.monotonic() - self.tally.started
-                self.record.submitted(job.name, time.time())
+
+            self._start_arrivals(exclusive.queue_order(list(self.jobs.values())), submit)
             self.log(f"==> [5/5] running (progress every 2 s; logs in {workdir / 'logs'})")
             self._watch(kube, runtime, components, baseline=True)
         finally:
@@ -259,12 +267,53 @@ class Demo:
                 found[row.name] = (row.gpus, row.memory_mib // row.gpus or 81920)
         return found
 
+    def _start_arrivals(self, jobs: list[DemoJob], submit: Callable[[DemoJob], None]) -> None:
+        """Submit the jobs due now (in the given order); ``_watch`` submits the later ones."""
+        self._arrivals = sorted(jobs, key=lambda j: j.arrive_s)  # stable: order kept per time
+        self._submit = submit
+        self._first_submit = time.monotonic()
+        self._submit_due()
+
+    def _submit_due(self) -> None:
+        elapsed = time.monotonic() - self._first_submit
+        while self._arrivals and self._arrivals[0].arrive_s <= elapsed:
+            job = self._arrivals.pop(0)
+            if job.arrive_s > 0:
+                self.log(f"    {job.name} arrives (priority {job.priority}, {job.gpus} GPUs)")
+            self._submit(job)
+            self.tally.submitted_at[job.name] = time.monotonic() - self.tally.started
+            self.record.submitted(job.name, time.time())
+
+    def _await_claims(self, kube: Kube, nodes: Iterable[str]) -> None:
+        """Wait until every GPU node's agent publishes its GPUs as shareable devices.
+
+        Submitted earlier, a job would be admitted onto whole GPUs (the operator
+        reads a node without the mark as a device-plugin node) and share nothing.
+        """
+        wanted = set(nodes)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            marked = {
+                n["metadata"]["name"]
+                for n in kube.gpu_nodes()
+                if (n["metadata"].get("annotations") or {}).get(names.ANNOTATION_NODE_GPU_CLAIMS)
+                == "true"
+            }
+            if wanted <= marked:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"node agents did not publish their GPUs as {names.ANNOTATION_NODE_GPU_CLAIMS} "
+            f"devices within 120 s: {sorted(wanted - marked)}"
+        )
+
     def _watch(
         self, kube: Kube, runtime: PodRuntime, components: Components, *, baseline: bool = False
     ) -> None:
         deadline = time.monotonic() + self.o.timeout_s
         last_print = 0.0
         while time.monotonic() < deadline:
+            self._submit_due()
             for c in components.started:
                 if not c.alive():
                     raise RuntimeError(f"{c.name} died:\n{c.tail()}")
@@ -293,7 +342,8 @@ class Demo:
             if now - last_print >= 2.0:
                 last_print = now
                 self.log(self._progress_line(view, now, states if baseline else None))
-            if states and all(s in FINISHED for s in states.values()):
+            done = all(s in FINISHED for s in states.values())
+            if states and done and not self._arrivals and len(states) == len(self.jobs):
                 self.log(self._progress_line(view, now, states if baseline else None))
                 self.record.observe(
                     kube.rlix_pods(self.namespace),

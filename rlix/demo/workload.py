@@ -2,7 +2,13 @@
 
 Fixed here, not tuned to the policy: more GPUs are asked for than the demo
 cluster has, so some jobs must queue for gang admission, and priorities differ
-so preemption has something to decide.
+so preemption has something to decide. Memory is declared as a colocated
+stack would set it (a trainer's peak about half an 80 GiB GPU, a vLLM rollout
+at ``gpu_memory_utilization`` ~0.45), so a trainer of one job and a rollout of
+another fit on one GPU by their phases. One urgent job arrives late, when the
+cluster is full; the agents publish memory at ``MEMORY_OVERCOMMIT`` x, so the
+conductor can park lower-priority rollouts in place and admit it into their
+memory (docs/conductor.md, "What parking frees").
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class DemoJob:
         }
     )
     algorithm: str = "GRPO"
+    # Seconds after the first submission this job is submitted (both runs alike).
+    arrive_s: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -73,19 +81,22 @@ class DemoJob:
         }
 
 
-TRAIN = {"scoring": 30000, "training": 60000, "weight-sync": 20000, "idle": 16000}
-ROLL = {"rollout": 52000, "weight-sync": 20000, "idle": 12000}
+# What the agents publish per GPU: physical memory x this (the demo's GPUs are 80 GiB).
+MEMORY_OVERCOMMIT = 1.5
+TRAIN = {"scoring": 24000, "training": 44000, "weight-sync": 16000, "idle": 12000}
+ROLL = {"rollout": 36000, "weight-sync": 16000, "idle": 12000}
 COLOCATED = {
-    "rollout": 48000,
-    "scoring": 30000,
-    "training": 64000,
-    "weight-sync": 30000,
+    "rollout": 40000,
+    "scoring": 24000,
+    "training": 48000,
+    "weight-sync": 24000,
     "idle": 12000,
 }
+URGENT = {"training": 60000, "weight-sync": 16000, "idle": 12000}
 
 
 def demo_jobs() -> list[DemoJob]:
-    """42 GPUs of work for a 32-GPU cluster: two jobs wait for admission at first."""
+    """42 GPUs of pods for a 32-GPU cluster, then an urgent 2-GPU job at 15 s."""
     return [
         DemoJob(
             "grpo-math",
@@ -134,5 +145,12 @@ def demo_jobs() -> list[DemoJob]:
                 DemoRole("policy", "trainer", 1, 2, TRAIN),
                 DemoRole("rollout", "rollout", 1, 2, ROLL),
             ),
+        ),
+        DemoJob(
+            "urgent-eval",
+            200,
+            2,
+            (DemoRole("policy", "trainer", 1, 2, URGENT),),
+            arrive_s=15.0,
         ),
     ]

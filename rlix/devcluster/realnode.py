@@ -60,6 +60,8 @@ NODE_LABEL = "rlix.io/real-node"
 POD_SUBNET = "10.244.0.0/24"  # inside the node's network namespace only
 CNI_BIN_DIR = Path("/usr/lib/cni")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Where the node's containerd reads CDI specs besides /etc/cdi (the kubelet plugin's).
+CDI_DIR = "/var/run/cdi"
 # The node's /30 is picked inside the shared address space (RFC 6598), away from
 # the private ranges a machine or its VPN usually uses, and checked against every
 # address and route the machine has before it is taken.
@@ -166,6 +168,12 @@ class RealNode:
         self._log = log
 
     # -- paths ------------------------------------------------------------
+    @property
+    def kubelet_dir(self) -> Path:
+        """The kubelet's --root-dir (plugins_registry, plugins, pods), on the
+        machine's filesystem: a DRA plugin's hostPath sees the same directory."""
+        return self.dir / "kubelet"
+
     @property
     def socket(self) -> Path:
         return self.dir / "containerd.sock"
@@ -344,8 +352,8 @@ class RealNode:
             str(self.bin_dir / "kubelet"),
             f"--config={d / 'kubelet.yaml'}",
             f"--kubeconfig={self.kubeconfig}",
-            f"--root-dir={d / 'kubelet'}",
-            f"--cert-dir={d / 'kubelet' / 'pki'}",
+            f"--root-dir={self.kubelet_dir}",
+            f"--cert-dir={self.kubelet_dir / 'pki'}",
             f"--hostname-override={NODE_NAME}",
             f"--node-ip={state.node_ip}",
             f"--node-labels={NODE_LABEL}=true",
@@ -642,8 +650,11 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
 [{cri}]
   # No CAP_SYS_RESOURCE here: runc must not try to lower oom_score_adj.
   restrict_oom_score_adj = true
-  # CDI (which the DRA work builds on) is always on in containerd 2.x; its spec
-  # directories are /etc/cdi and /var/run/cdi (tmpfs in the node's mount namespace).
+  # CDI is always on in containerd 2.x (no enable_cdi any more); its spec
+  # directories, named here because the gpu.rlix.io kubelet plugin writes into the
+  # second (the chart's nodeAgent.dra.cdiDir), a tmpfs in the node's mount namespace.
+  # The kubelet's DRA support (GA since 1.34) needs no configuration.
+  cdi_spec_dirs = ['/etc/cdi', '{CDI_DIR}']
   [{cri}.containerd]
     default_runtime_name = 'runc'
     [{cri}.containerd.runtimes.runc]

@@ -25,6 +25,9 @@ def test_help_teaches_every_option() -> None:
         "--no-kube",
         "--memory-overcommit",
         "--no-dra",
+        "--kubelet-plugin",
+        "--kubelet-dir",
+        "--cdi-dir",
         "--proc-root",
         "{nvml,simulated}",
         "SO_PEERCRED",
@@ -81,3 +84,11 @@ def test_driver_checkpoint_reports_why_it_is_unsupported_here() -> None:
 def test_an_overcommit_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--node-name=n", "--no-kube", "--memory-overcommit=0.5"]) == 2
     assert "--memory-overcommit must be >= 1, got 0.5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["--no-kube", "--no-dra"])
+def test_the_kubelet_plugin_needs_kube_and_dra(
+    mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--node-name=n", "--kubelet-plugin", mode]) == 2
+    assert "--kubelet-plugin needs the API server and DRA" in capsys.readouterr().err

@@ -40,6 +40,9 @@ class FakeSliceApi:
         self.slices[body["metadata"]["name"]] = stored
         return stored
 
+    def read_slice(self, name: str) -> Mapping[str, Any] | None:
+        return self.slices.get(name)
+
     def delete_slice(self, name: str) -> None:
         self.slices.pop(name, None)
 
@@ -76,6 +79,18 @@ def test_publishes_once_per_inventory_and_marks_the_node() -> None:
     pub.publish(gpus(count=1))
     assert api.writes == 2
     assert api.slices[dra.slice_name("n1")]["spec"]["pool"]["generation"] == 2
+
+
+def test_a_slice_the_kubelet_wiped_is_published_again() -> None:
+    # A starting kubelet deletes its node's slices of every driver; the inventory
+    # did not change, but the node must not stay without GPUs.
+    api = FakeSliceApi()
+    pub = SlicePublisher(api, node="n1", overcommit=1)
+    pub.publish(gpus())
+    api.slices.clear()
+    pub.publish(gpus())
+    assert api.writes == 2
+    assert sorted(dra.published_gpus(api.slices[dra.slice_name("n1")])) == [0, 1]
 
 
 def test_a_cluster_without_consumable_capacity_keeps_whole_gpus() -> None:

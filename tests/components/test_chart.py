@@ -304,18 +304,40 @@ def test_pod_disruption_budgets_select_their_component(helm: Helm) -> None:
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ([], ["--no-dra"]),
+        (["--set", "nodeAgent.dra.enabled=false"], ["--no-dra"]),
         (
-            ["--set", "nodeAgent.dra.enabled=true", "--set", "nodeAgent.dra.memoryOvercommit=1.5"],
-            ["--memory-overcommit=1.5"],
+            [],
+            [
+                "--memory-overcommit=1",
+                "--kubelet-plugin",
+                "--kubelet-dir=/var/lib/kubelet",
+                "--cdi-dir=/var/run/cdi",
+            ],
+        ),
+        (
+            [
+                "--set",
+                "nodeAgent.dra.memoryOvercommit=1.5",
+                "--set",
+                "nodeAgent.dra.vendorCdiDevice=nvidia.com/gpu={uuid}",
+            ],
+            [
+                "--memory-overcommit=1.5",
+                "--kubelet-plugin",
+                "--kubelet-dir=/var/lib/kubelet",
+                "--cdi-dir=/var/run/cdi",
+                "--vendor-cdi-device=nvidia.com/gpu={uuid}",
+            ],
         ),
     ],
-    ids=["default-whole-gpus", "dra"],
+    ids=["whole-gpus", "default-dra", "dra-nvidia"],
 )
-def test_the_agent_is_the_dra_driver_only_when_asked(
+def test_the_agent_is_the_dra_driver_unless_told_not_to(
     helm: Helm, values: list[str], expected: list[str]
 ) -> None:
-    """The DeviceClass and slices only with nodeAgent.dra.enabled (docs/dra.md)."""
+    """The DeviceClass, slices and the kubelet plugin (its sockets at the
+    kubelet's paths, CDI specs where the runtime reads them) with
+    nodeAgent.dra.enabled, the default (docs/dra.md)."""
     result = helm("template", "t", str(CHART), "--kube-version", KUBE_VERSION, *values)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
@@ -323,13 +345,31 @@ def test_the_agent_is_the_dra_driver_only_when_asked(
     assert classes == (["gpu.rlix.io"] if "--no-dra" not in expected else [])
     (agent,) = [d for d in docs if d["kind"] == "DaemonSet"]
     args = agent["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert [a for a in args if "dra" in a or "overcommit" in a] == expected
+    words = ("dra", "overcommit", "kubelet", "cdi")
+    assert [a for a in args if any(w in a for w in words)] == expected
+    pod = agent["spec"]["template"]["spec"]
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"]}
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    plugin_paths = {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins/gpu.rlix.io",
+        "/var/run/cdi",
+    }
+    if "--no-dra" in expected:
+        assert not plugin_paths & (host_paths | mounts)
+    else:
+        assert plugin_paths <= host_paths and plugin_paths <= mounts
     (role,) = [
         d
         for d in docs
         if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "t-rlix-node-agent"
     ]
     assert any("resourceslices" in r["resources"] for r in role["rules"])
+    assert {
+        "resources": ["resourceclaims"],
+        "verbs": ["get"],
+        "apiGroups": ["resource.k8s.io"],
+    } in role["rules"]
 
 
 def test_the_device_class_is_left_out_where_the_cluster_has_it(helm: Helm) -> None:

@@ -19,7 +19,7 @@ def test_no_budget_outside_rlix_and_nothing_is_capped(monkeypatch: pytest.Monkey
     assert rlix.cap_torch_memory() is None
 
 
-@pytest.mark.parametrize("raw", ["lots", "-5", "0", "1.5"])
+@pytest.mark.parametrize("raw", ["lots", "-5", "0", "1.5", "40000,x", "40000,,1"])
 def test_a_bad_budget_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv(names.ENV_GPU_MEMORY_MIB, raw)
     with pytest.raises(budget.BudgetError, match=names.ENV_GPU_MEMORY_MIB):
@@ -35,6 +35,16 @@ def test_the_fraction_is_the_budget_over_the_gpu_and_never_above_one(
     assert budget.budget_fraction(20480) == 1.0
     with pytest.raises(ValueError, match="total_mib"):
         budget.budget_fraction(0)
+
+
+def test_a_claims_cdi_spec_gives_one_budget_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet-prepared claim's CDI spec lists the consumed memory per GPU."""
+    monkeypatch.setenv(names.ENV_GPU_MEMORY_MIB, "40000, 30000")
+    assert budget.memory_budgets_mib() == (40000, 30000)
+    assert rlix.memory_budget_mib() == 30000  # the smallest, when no GPU is named
+    assert budget.memory_budget_mib(0) == 40000
+    assert budget.memory_budget_mib(5) == 30000
+    assert budget.budget_fraction(80000, 0) == 0.5
 
 
 def test_torch_is_capped_at_the_budget_on_the_device_asked_for(

@@ -42,6 +42,8 @@ def test_containerd_config_is_self_contained() -> None:
     assert config["imports"] == [str(d / "containerd" / "conf.d" / "*.toml")]
     runtime = plugins["io.containerd.cri.v1.runtime"]
     assert runtime["restrict_oom_score_adj"] is True
+    # The gpu.rlix.io kubelet plugin's CDI specs (the chart's nodeAgent.dra.cdiDir).
+    assert runtime["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
     assert runtime["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
     images = plugins["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == "rlix.local/pause:abc"
@@ -195,3 +197,18 @@ def test_failure_report_picks_kubelet_and_containerd_errors() -> None:
     assert realnode._is_error('time="2026" level=error msg="failed to start"')
     assert not realnode._is_error('I1130 23:10:52.1 1 kubelet.go:1] "Started"')
     assert not realnode._is_error("Error is a word here")
+
+
+def test_the_agents_payload_carries_the_kubelet_plugins_grpc(tmp_path: Path) -> None:
+    """The agent extra as pyproject.toml declares it: the kubelet plugin's gRPC
+    and protobuf runtimes (and grpcio's own typing-extensions) reach the image."""
+    extra = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    agent = extra["project"]["optional-dependencies"]["agent"]
+    wheel = tmp_path / "rlix-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(
+            "rlix-0.dist-info/METADATA",
+            "Name: rlix\n" + "".join(f'Requires-Dist: {r}; extra == "agent"\n' for r in agent),
+        )
+    names = runtime_requirements(wheel, extras=("agent",))
+    assert {"grpcio", "protobuf", "typing-extensions"} <= set(names)

@@ -262,10 +262,13 @@ def test_a_pod_with_a_pinned_claim_requests_no_nvidia_gpu() -> None:
     workload = workload_from_pod(pod)
     assert workload is not None
     assert (workload.gpus, workload.gpu_indices, workload.node) == (1, (3,), "n1")
-    # Without a claim: whole GPUs, as before.
+    # The budget comes from the claim's CDI spec (per GPU), not a second source.
+    assert all(e["name"] != names.ENV_GPU_MEMORY_MIB for e in main["env"])
+    # Without a claim: whole GPUs, as before, and the operator states the budget.
     plain = build_pod(job, role, 0, owner_uid="uid-1")
     assert "resourceClaims" not in plain["spec"]
     assert plain["spec"]["containers"][0]["resources"]["limits"][names.GPU_RESOURCE] == "1"
+    assert any(e["name"] == names.ENV_GPU_MEMORY_MIB for e in plain["spec"]["containers"][0]["env"])
 
 
 def test_a_role_that_declares_memory_gets_its_peak_as_the_budget_env() -> None:
