@@ -15,9 +15,11 @@ Run RLix end to end on this machine, with no external cluster, Docker or GPU:
 
   1. a local control plane with fake GPU nodes (as `rlix cluster up`),
   2. the RLJob CRD, the extender and the operator,
-  3. one node agent per node with the simulated GPU backend,
+  3. one node agent per node with the simulated GPU backend, publishing each
+     GPU as a shareable gpu.rlix.io device at 1.5x its memory,
   4. a mix of six RLJobs (GRPO, PPO, a verl-style colocated job, an agentic
      long-tail job, two small lab jobs) asking 42 GPUs of a 32-GPU cluster,
+     then an urgent high-priority 4-GPU job arriving at 15 s,
   5. a simulated trainer process per role pod that reports phases and obeys
      suspend/resume through the real client library.
 
@@ -61,7 +63,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        help="run only the first N jobs of the mix (a shorter demo; default: all six)",
+        help="run only the first N jobs of the mix (a shorter demo; default: all seven)",
     )
     p.add_argument(
         "--out",

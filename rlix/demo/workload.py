@@ -5,10 +5,12 @@ cluster has, so some jobs must queue for gang admission, and priorities differ
 so preemption has something to decide. Memory is declared as a colocated
 stack would set it (a trainer's peak about half an 80 GiB GPU, a vLLM rollout
 at ``gpu_memory_utilization`` ~0.45), so a trainer of one job and a rollout of
-another fit on one GPU by their phases. One urgent job arrives late, when the
-cluster is full; the agents publish memory at ``MEMORY_OVERCOMMIT`` x, so the
-conductor can park lower-priority rollouts in place and admit it into their
-memory (docs/conductor.md, "What parking frees").
+another fit on one GPU by their phases. One urgent job arrives late, while
+the others run; the agents publish memory at ``MEMORY_OVERCOMMIT`` x, so where
+it does not fit the conductor may park lower-priority rollouts in place and
+admit it into their memory (docs/conductor.md, "What parking frees"). In the
+runs so far it found room (shared GPUs leave some empty) or waited seconds for
+a job to finish: the demo's preemption count stays 0.
 """
 
 from __future__ import annotations
@@ -92,11 +94,11 @@ COLOCATED = {
     "weight-sync": 24000,
     "idle": 12000,
 }
-URGENT = {"training": 60000, "weight-sync": 16000, "idle": 12000}
+URGENT = {"training": 70000, "weight-sync": 16000, "idle": 12000}
 
 
 def demo_jobs() -> list[DemoJob]:
-    """42 GPUs of pods for a 32-GPU cluster, then an urgent 2-GPU job at 15 s."""
+    """42 GPUs of pods for a 32-GPU cluster, then an urgent 4-GPU job at 15 s."""
     return [
         DemoJob(
             "grpo-math",
@@ -150,7 +152,7 @@ def demo_jobs() -> list[DemoJob]:
             "urgent-eval",
             200,
             2,
-            (DemoRole("policy", "trainer", 1, 2, URGENT),),
+            (DemoRole("policy", "trainer", 1, 4, URGENT),),
             arrive_s=15.0,
         ),
     ]
