@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
+from rlix.core.sim.interference import Interference
 
 
 class QueueOrder(enum.Enum):
@@ -48,10 +49,23 @@ def gang_binpack() -> Scheduler:
     return Scheduler("gang-binpack", GANG_BINPACK, QueueOrder.PRIORITY, Preemption.EVICT)
 
 
-def rlix() -> Scheduler:
+def rlix(interference: Interference | None = None) -> Scheduler:
+    """RLix's policy; with ``interference``, its sharing rules decide with that model
+    (``rlix.core.policy.placement.sharing``, rules 4-5), else with the cluster
+    components' default rules (no model: rules 1-3 only)."""
+    from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
     from rlix.core.policy.rlix_policy import RLixPolicy
 
-    return Scheduler("rlix", RLixPolicy(), QueueOrder.PRIORITY, Preemption.SUSPEND)
+    rules = DEFAULT_RULES if interference is None else SharingRules(interference.cells)
+    return Scheduler("rlix", RLixPolicy(rules=rules), QueueOrder.PRIORITY, Preemption.SUSPEND)
 
 
 SCHEDULERS = {"kube-default": kube_default, "gang-binpack": gang_binpack, "rlix": rlix}
+
+
+def scheduler(name: str, interference: Interference) -> Scheduler:
+    """The named scheduler as the benchmark runs it: RLix decides with the
+    interference model the run is measured under (the baselines ignore it)."""
+    if name not in SCHEDULERS:
+        raise KeyError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}")
+    return rlix(interference) if name == "rlix" else SCHEDULERS[name]()
