@@ -185,30 +185,16 @@ def test_infeasible_node_scores_zero_and_says_so() -> None:
 def test_chosen_gpus_are_the_complementary_ones() -> None:
     c = (
         cluster()
-        .with_nodes(node("n").gpus(2))
-        .with_pods(
-            pod("r").job("a").memory(20 * GiB).phase("rollout").on("n", 0),
-            pod("t").job("b").memory(20 * GiB).phase("training").on("n", 1),
-        )
-    )
-    snap = c.build()
-    s = score_nodes(PlacementView(snap), ROLLOUT_POD.build(), ["n"])["n"]
-    assert s.gpus == (1,)
-    assert s.complement == 1.0
-
-
-def test_an_empty_gpu_goes_before_a_complementary_partner() -> None:
-    """Sharing rule "empty first": an empty GPU slows nobody, a partner always a little."""
-    c = (
-        cluster()
         .with_nodes(node("n").gpus(3))
         .with_pods(
             pod("r").job("a").memory(20 * GiB).phase("rollout").on("n", 0),
             pod("t").job("b").memory(20 * GiB).phase("training").on("n", 2),
         )
     )
-    s = score_nodes(PlacementView(c.build()), ROLLOUT_POD.build(), ["n"])["n"]
-    assert s.gpus == (1,)
+    snap = c.build()
+    s = score_nodes(PlacementView(snap), ROLLOUT_POD.build(), ["n"])["n"]
+    assert s.gpus == (2,)
+    assert s.complement == 1.0
 
 
 @pytest.mark.parametrize(

@@ -188,9 +188,10 @@ def _shared_terms(
     Memoised on the (immutable) load: identical pods (a role's replicas, a
     gang's members) and repeated calls reuse them; None when the pod does not fit.
     The pod's GPUs come from one of the sets the sharing rules allow
-    (``NodeLoad.groups_for``): the empty GPUs when there are enough of them
-    (an empty GPU slows nobody), else the shared set whose residents
-    complement the pod best.
+    (``NodeLoad.groups_for``): the one whose residents complement the pod best.
+    Not "empty GPUs first": where the rules allow a pair at all, the model says
+    it delivers more than the pod alone would, so a good partner beats an
+    empty GPU; a same-shape one does not.
     """
     gpus = pod.gpus
     memo = load.memo
@@ -220,9 +221,14 @@ def _shared_terms(
                 WEIGHT_COMPLEMENT * pairs[p][0] + WEIGHT_INTERLEAVE * pairs[p][1] for p in chosen
             )
 
+        # The best set by the pair terms (an empty GPU counts as neutral, so a
+        # complementary partner beats it and a same-shape one loses to it);
+        # ties go to the tighter memory fit, then the lower GPU index.
         options = [ranked_in(g) for g in groups]
-        empty = [o for o in options if all(load.gpus[p].is_empty for p in o)]
-        ranked = empty[0] if empty else max(options, key=value)
+        ranked = min(
+            options,
+            key=lambda o: (-value(o), sum(load.gpus[p].free_mib for p in o), load.gpus[o[0]].index),
+        )
         comp = sum(pairs[p][0] for p in ranked) / gpus
         inter = sum(pairs[p][1] for p in ranked) / gpus
         chosen = [load.gpus[p] for p in ranked]
