@@ -7,9 +7,12 @@ is what the *cluster* does around them, which is what separates the systems:
   default scheduler and no PriorityClasses), exclusive GPUs, spread.
 * ``gang-binpack`` -- priority order, bin-packing, preemption by *eviction*:
   the victim job dies, restarts from its last checkpoint and reloads it.
-* ``rlix`` -- priority order, RLix's placement (GPUs shared by memory fit and
-  phase complementarity), preemption by *suspension in place*: the victim's
-  device memory is parked in host RAM and restored later; nothing is lost.
+* ``rlix`` -- priority order, RLix's placement (GPUs shared by memory fit,
+  phase complementarity and the sharing rules of
+  ``rlix.core.policy.placement.sharing``, judged with the run's interference
+  matrix), preemption by *suspension in place*: the victim's device memory is
+  parked in host RAM and restored later, on another node if its own stays
+  full; nothing is lost.
 """
 
 from __future__ import annotations
