@@ -115,3 +115,12 @@ def test_rules_refuse_a_malformed_matrix_naming_what_is_missing() -> None:
     partial = tuple(c for c in MEASURED_H200_CELLS if c[:2] != (Shape.MEMORY, Shape.COMPUTE))
     with pytest.raises(ValueError, match="memory/compute"):
         SharingRules(partial)
+
+
+def test_a_job_parked_in_place_does_not_keep_its_preemptor_off_the_gpu() -> None:
+    # The conductor parks a victim in place; the higher-priority preemptor then
+    # runs there. Parked, the victim slows nobody, so rule 3 does not apply to it.
+    parked = _rollout("a-0", "a", 0, priority=0).suspended()
+    c = cluster().with_nodes(node("n").gpus(1)).with_pods(parked)
+    view = PlacementView(c.build())
+    assert filter_nodes(view, _newcomer(priority=10), ["n"]).feasible == ["n"]

@@ -148,8 +148,8 @@ class NodeLoad:
     ) -> tuple[tuple[int, ...], ...]:
         """The GPU sets ``pod`` may take its GPUs from (``sharing``, rules 1-5).
 
-        Each set holds the GPUs (positions into ``gpus``) whose residents are
-        the same jobs, among those that can hold ``demand_mib`` and that the
+        Each set holds the GPUs (positions into ``gpus``) whose running
+        residents are the same jobs, among those that can hold ``demand_mib`` and that the
         rules let the pod join; the set of empty GPUs comes first. A pod's GPUs
         all come from one set: all empty, or all shared with the same partner.
         """
@@ -161,7 +161,7 @@ class NodeLoad:
                 residents = self.gpus[p].residents
                 if residents and not joinable(rules, pod, residents):
                     continue
-                jobs = frozenset(r.job or r.name for r in residents)
+                jobs = frozenset(r.job or r.name for r in residents if not r.suspended)
                 sets.setdefault(jobs, []).append(p)
             ordered = sorted(sets.items(), key=lambda kv: (bool(kv[0]), sorted(kv[0])))
             found = tuple(tuple(ps) for _, ps in ordered)

@@ -149,9 +149,17 @@ def _pair_allowed(
 
 
 def joinable(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) -> bool:
-    """Whether ``pod`` may join a GPU with these residents (rules 1 and 3-5)."""
+    """Whether ``pod`` may join a GPU with these residents (rules 1 and 3-5).
+
+    Suspended residents are left out: parked, they slow nobody (their memory
+    is still owed, which ``loads`` counts), and the conductor parks victims in
+    place precisely so that a preemptor can take their GPUs. When they come
+    back, their own placement must pass these rules against whoever runs there.
+    """
     jobs: set[str] = set()
     for r in residents:
+        if r.suspended:
+            continue
         if not rules.may_share(pod, r):
             return False
         jobs.add(r.job or r.name)
