@@ -38,6 +38,11 @@ keeps its in-place suspension; under the literature-based matrix
 (``ASSUMED``) every pair passes (a compute/memory pair: 1.48). The numbers are
 the simulator's (``rlix.core.sim.interference`` builds its matrices from the
 cells here), so the policy decides with the model it is measured under.
+
+``DEFAULT_RULES``, what the extender, the operator and the conductor use, has
+no matrix (rules 1-3 only): no matrix has been measured for a cluster's own
+GPUs and kernels. ``SharingRules()`` itself defaults to the measured H200
+matrix, which is what the benchmark's RLix decides with.
 """
 
 from __future__ import annotations
