@@ -34,7 +34,7 @@ from rlix.core.sim.interference import ASSUMED, DEFAULT, Interference, from_docu
 from rlix.core.sim.metrics import Bounds, SimResult, bounds
 from rlix.core.sim.mixes import MIXES as KNOWN
 from rlix.core.sim.mixes import closed_batch, make_mix
-from rlix.core.sim.schedulers import SCHEDULERS
+from rlix.core.sim.schedulers import SCHEDULERS, scheduler
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # "scale" (1,000 nodes, 5,000 jobs) takes ~5 min per RLix run on the shared
@@ -210,7 +210,7 @@ def run_mix(
         for name in schedulers:
             for kind, m in (("open", mix), ("closed", closed_batch(mix))):
                 started = time.perf_counter()
-                result = simulate(m, SCHEDULERS[name](), cfg)
+                result = simulate(m, scheduler(name, cfg.interference), cfg)
                 wall = time.perf_counter() - started
                 runs.wall_s[name] = runs.wall_s.get(name, 0.0) + wall
                 getattr(runs, kind).setdefault(name, []).append(result)

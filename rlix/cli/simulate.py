@@ -92,7 +92,7 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
     from rlix.core.sim.engine import SimConfig, simulate
     from rlix.core.sim.metrics import bound
     from rlix.core.sim.mixes import make_mix
-    from rlix.core.sim.schedulers import SCHEDULERS
+    from rlix.core.sim.schedulers import SCHEDULERS, scheduler
 
     out_name, in_name = SUSPEND_BYTES_PER_S[args.suspend]
     config = SimConfig(
@@ -106,7 +106,9 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
     results, speeds = [], []
     for name in args.scheduler or list(SCHEDULERS):
         started = time.perf_counter()
-        result = simulate(mix, SCHEDULERS[name](), config, progress=_progress(name, args.quiet))
+        result = simulate(
+            mix, scheduler(name, config.interference), config, progress=_progress(name, args.quiet)
+        )
         wall = time.perf_counter() - started
         if not args.quiet:
             sys.stderr.write(f"\r  {name}: {result.jobs} jobs in {wall:.1f} s{' ' * 30}\n")

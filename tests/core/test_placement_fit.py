@@ -207,5 +207,9 @@ def test_a_job_never_shares_a_gpu_with_itself() -> None:
     assert sorted(g.index for g in same_job.candidates) == [4, 5, 6, 7]
     too_many = fit(load, pod("a-2").job("a").gpus(5).memory(10 * GiB).build())
     assert not too_many.ok and "only 4 of 8" in too_many.reason
-    other_job = fit(load, pod("c-0").job("c").gpus(8).memory(10 * GiB).build())
-    assert other_job.ok and len(other_job.candidates) == 8
+    # Another job's pod takes GPUs that all hold the same partner (sharing rule 2):
+    # a's four, not a mix of a's, b's and empty ones.
+    other_job = fit(load, pod("c-0").job("c").gpus(4).memory(10 * GiB).build())
+    assert other_job.ok and sorted(g.index for g in other_job.candidates) == [0, 1, 2, 3]
+    straddling = fit(load, pod("c-1").job("c").gpus(8).memory(10 * GiB).build())
+    assert not straddling.ok and "sharing rules let it take at most 4" in straddling.reason

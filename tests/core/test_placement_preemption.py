@@ -113,15 +113,16 @@ def test_a_gang_with_members_we_have_not_seen_is_left_alone() -> None:
     assert victims(c, {"n": ["g0"]}) == {}
 
 
-def test_only_as_many_victims_as_needed() -> None:
-    # Taking the cheap rollout pod first is not enough; once the training pod is
-    # taken too, the rollout pod turns out unnecessary and is spared.
+def test_a_lower_priority_pod_left_on_the_preemptor_s_gpu_goes_too() -> None:
+    # Memory alone would spare the rollout pod once the training pod is taken,
+    # but the preemptor never shares a GPU with a job of another priority
+    # (sharing rule 3), so both go, whichever the scheduler proposed.
     c = one_gpu_node(
         pod("r1").job("a").memory(10 * GiB).phase("rollout").on("n", 0),
         pod("t1").job("b").memory(60 * GiB).phase("training").on("n", 0),
     )
-    assert victims(c, {"n": ["t1"]}) == {"n": (d("t1"),)}
-    assert victims(c, {"n": ["r1"]}) == {"n": (d("t1"),)}
+    assert victims(c, {"n": ["t1"]}) == {"n": (d("r1"), d("t1"))}
+    assert victims(c, {"n": ["r1"]}) == {"n": (d("r1"), d("t1"))}
 
 
 def test_frees_at_least_as_many_gpus_as_the_scheduler_asked() -> None:

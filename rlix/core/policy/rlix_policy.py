@@ -21,6 +21,7 @@ from rlix.core.policy.placement import (
     node_load,
     score_nodes,
 )
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.core.snapshot import ClusterSnapshot, Workload
 
 _Key = tuple[object, ...]
@@ -61,6 +62,7 @@ class RLixPolicy:
 
     name: str = "rlix"
     shares_gpus: bool = True
+    rules: SharingRules = DEFAULT_RULES
     _last: tuple[int, PlacementView] | None = field(default=None, repr=False)
     _loads: dict[_Key, NodeLoad] = field(default_factory=dict, repr=False)
 
@@ -76,7 +78,7 @@ class RLixPolicy:
             if load is None:
                 load = self._loads[key] = node_load(snapshot.nodes[name], snapshot.on_node(name))
             loads[name] = load
-        view = PlacementView(snapshot, loads=loads)
+        view = PlacementView(snapshot, loads=loads, rules=self.rules)
         self._last = (id(snapshot), view)
         return view
 

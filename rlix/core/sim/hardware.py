@@ -38,6 +38,12 @@ NVLINK_ONE_WAY_BYTES_PER_S: Final = 450 * GB
 CUDA_CHECKPOINT_BYTES_PER_S: Final = 7 * GB
 VLLM_SLEEP_BYTES_PER_S: Final = 2 * GB
 
+# Moving a parked pod's host copy to another node: one 200 Gb/s NIC per pod
+# (25 GB/s; H200 nodes usually carry 400 Gb/s per GPU for collectives, but a
+# host-to-host copy of the park file goes through one host NIC). An assumption:
+# RLix's agent relocates within a node today, not across nodes.
+NODE_TO_NODE_BYTES_PER_S: Final = 25 * GB
+
 # Restart after eviction (baseline b). Reading a sharded checkpoint from a
 # parallel file system at ~2 GB/s per GPU (typical Lustre/NFS-over-RDMA per
 # client stream; LEAST CERTAIN of the link figures), plus a fixed start cost:

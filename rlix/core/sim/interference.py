@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from rlix.core.phases import Phase, Shape, shape_of
+from rlix.core.policy.placement.sharing import ASSUMED_CELLS, MEASURED_H200_CELLS
 
 SHAPES: Final = (Shape.COMPUTE, Shape.MEMORY, Shape.NETWORK)
 MODES: Final = ("time_slicing", "mps")
@@ -86,26 +87,20 @@ def _matrix(name: str, source: str, rows: Mapping[Shape, Mapping[Shape, float]])
     return Interference(name, source, tuple((a, b, rows[a][b]) for a in SHAPES for b in SHAPES))
 
 
-ASSUMED: Final = _matrix(
+# The cells live with the policy's sharing rules (``rlix.core.policy.placement.sharing``),
+# which decide with the same numbers the simulator measures with.
+ASSUMED: Final = Interference(
     "assumed",
     "literature ranges (POD-Attention, NanoFlow, MuxServe, RollMux); see module docstring",
-    {
-        Shape.COMPUTE: {Shape.COMPUTE: 1.0, Shape.MEMORY: 0.3, Shape.NETWORK: 0.1},
-        Shape.MEMORY: {Shape.COMPUTE: 0.4, Shape.MEMORY: 1.0, Shape.NETWORK: 0.1},
-        Shape.NETWORK: {Shape.COMPUTE: 0.1, Shape.MEMORY: 0.1, Shape.NETWORK: 0.1},
-    },
+    ASSUMED_CELLS,
 )
 # bench/results/gpu_interference.json, "time_slicing" (one run, 3-second
 # windows, torch 2.11 / CUDA 13 on an H200). The measured -0.000 of copies
 # next to a GEMM is rounding noise and is stored as 0.
-MEASURED_H200: Final = _matrix(
+MEASURED_H200: Final = Interference(
     "h200-time-slicing",
     "measured: bench/results/gpu_interference.json (hack/gpu-interference.py), time-slicing",
-    {
-        Shape.COMPUTE: {Shape.COMPUTE: 1.157, Shape.MEMORY: 0.573, Shape.NETWORK: 0.007},
-        Shape.MEMORY: {Shape.COMPUTE: 2.17, Shape.MEMORY: 1.228, Shape.NETWORK: 0.041},
-        Shape.NETWORK: {Shape.COMPUTE: 0.0, Shape.MEMORY: 0.003, Shape.NETWORK: 0.885},
-    },
+    MEASURED_H200_CELLS,
 )
 DEFAULT: Final = MEASURED_H200
 NOISE: Final = 0.01  # measured coefficients this far below 0 are rounding, not speed-ups

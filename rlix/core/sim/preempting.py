@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from rlix.core.policy.admission import Admission, GangRequest, bind, place_pod
+from rlix.core.policy.admission import Admission, GangRequest, bind, place_gang, place_pod
 from rlix.core.policy.conduct import plan_preemption
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.sim import hardware as hw
@@ -93,7 +93,8 @@ def suspend(sim: Engine, run: Run, t: float) -> float:
 
 
 def try_resume(sim: Engine, t: float) -> None:
-    """Bring parked jobs back on their own node(s), where the policy finds room.
+    """Bring parked jobs back on their own node(s), where the policy finds room,
+    else (``SimConfig.relocate_bytes_per_s`` > 0) on other nodes (``_relocate``).
 
     Host memory is node-local, so a parked pod returns to the node it left;
     which GPUs there is the policy's choice (restoring into other GPUs of
@@ -121,16 +122,44 @@ def try_resume(sim: Engine, t: float) -> None:
             placed.append(placement)
             trial = trial.with_workload(bind(pod, placement))
         if len(placed) < len(request.pods):
-            run.placements = [(h, ()) for h in homes]
-            sim.resume_failed_at[jid] = (epoch, t)
-            continue
-        admission = Admission(run.spec.name, True, tuple(placed))
-        if sim.trace is not None:
-            sim.trace(DecisionRecord(t, "resume", snapshot, request, admission))
+            admission = _relocate(sim, run, t) if sim.config.relocate_bytes_per_s > 0 else None
+            if admission is None:
+                run.placements = [(h, ()) for h in homes]
+                sim.resume_failed_at[jid] = (epoch, t)
+                continue
+        else:
+            admission = Admission(run.spec.name, True, tuple(placed))
+            if sim.trace is not None:
+                sim.trace(DecisionRecord(t, "resume", snapshot, request, admission))
         del sim.suspended[jid]
         run.suspended_s += t - run.suspended_at
         sim.recorder.bytes_moved += run.parked_bytes
         sim.start(run, admission, t)
+
+
+def _relocate(sim: Engine, run: Run, t: float) -> Admission | None:
+    """Place a parked job on other nodes, as a waiting job is placed; None if no room.
+
+    Its host copy must travel first: each pod's parked bytes cross one host
+    NIC (``SimConfig.relocate_bytes_per_s``), then go host-to-device as at
+    home. Tried only after its own nodes had no room, so it never costs a
+    job that could come back in place. The decision goes through the same
+    ``place_gang`` as an admission (recorded as "relocate").
+    """
+    low = min(run.profile.memory_mib.values())
+    nodes = sim.cluster.candidates(run.spec.gpus_per_pod, low, sim.config.candidates)
+    if not nodes:
+        return None
+    snapshot = sim.cluster.snapshot(nodes, sim.runs, t)
+    request = sim.request(run, t)
+    admission, _ = place_gang(snapshot, request, sim.policy)
+    if not admission.admitted:
+        return None
+    if sim.trace is not None:
+        sim.trace(DecisionRecord(t, "relocate", snapshot, request, admission))
+    per_pod = run.parked_bytes / max(run.spec.pods, 1)
+    run.delay += per_pod / sim.config.relocate_bytes_per_s
+    return admission
 
 
 def try_preempt(sim: Engine, run: Run, t: float) -> bool:

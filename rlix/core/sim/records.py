@@ -21,6 +21,9 @@ class SimConfig:
     restore_bytes_per_s: float = hw.PCIE_H2D_BYTES_PER_S
     memory_mib: int = hw.H200_MEMORY_MIB
     interference: Interference = DEFAULT  # I[victim][co-runner]; see interference.py
+    # A parked job whose own node stays full may resume on other nodes, its
+    # host copy moved there first at this speed (0: only on its own node).
+    relocate_bytes_per_s: float = hw.NODE_TO_NODE_BYTES_PER_S
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class DecisionRecord:
     """One decision and the exact input it was made on (for replay tests)."""
 
     time: float
-    kind: str  # "admit" | "preempt" | "resume"
+    kind: str  # "admit" | "preempt" | "resume" | "relocate"
     snapshot: ClusterSnapshot
     request: GangRequest
     admission: Admission

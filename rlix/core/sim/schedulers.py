@@ -7,9 +7,12 @@ is what the *cluster* does around them, which is what separates the systems:
   default scheduler and no PriorityClasses), exclusive GPUs, spread.
 * ``gang-binpack`` -- priority order, bin-packing, preemption by *eviction*:
   the victim job dies, restarts from its last checkpoint and reloads it.
-* ``rlix`` -- priority order, RLix's placement (GPUs shared by memory fit and
-  phase complementarity), preemption by *suspension in place*: the victim's
-  device memory is parked in host RAM and restored later; nothing is lost.
+* ``rlix`` -- priority order, RLix's placement (GPUs shared by memory fit,
+  phase complementarity and the sharing rules of
+  ``rlix.core.policy.placement.sharing``, judged with the run's interference
+  matrix), preemption by *suspension in place*: the victim's device memory is
+  parked in host RAM and restored later, on another node if its own stays
+  full; nothing is lost.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
+from rlix.core.sim.interference import Interference
 
 
 class QueueOrder(enum.Enum):
@@ -48,10 +52,23 @@ def gang_binpack() -> Scheduler:
     return Scheduler("gang-binpack", GANG_BINPACK, QueueOrder.PRIORITY, Preemption.EVICT)
 
 
-def rlix() -> Scheduler:
+def rlix(interference: Interference | None = None) -> Scheduler:
+    """RLix's policy; with ``interference``, its sharing rules decide with that model
+    (``rlix.core.policy.placement.sharing``, rules 4-5), else with the cluster
+    components' default rules (no model: rules 1-3 only)."""
+    from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
     from rlix.core.policy.rlix_policy import RLixPolicy
 
-    return Scheduler("rlix", RLixPolicy(), QueueOrder.PRIORITY, Preemption.SUSPEND)
+    rules = DEFAULT_RULES if interference is None else SharingRules(interference.cells)
+    return Scheduler("rlix", RLixPolicy(rules=rules), QueueOrder.PRIORITY, Preemption.SUSPEND)
 
 
 SCHEDULERS = {"kube-default": kube_default, "gang-binpack": gang_binpack, "rlix": rlix}
+
+
+def scheduler(name: str, interference: Interference) -> Scheduler:
+    """The named scheduler as the benchmark runs it: RLix decides with the
+    interference model the run is measured under (the baselines ignore it)."""
+    if name not in SCHEDULERS:
+        raise KeyError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}")
+    return rlix(interference) if name == "rlix" else SCHEDULERS[name]()

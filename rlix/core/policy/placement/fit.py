@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad, owed_mib
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -64,8 +65,8 @@ def unresolvable(load: NodeLoad, pod: Workload) -> str | None:
     return None
 
 
-def fit(load: NodeLoad, pod: Workload) -> Fit:
-    """Whether ``pod`` fits on ``load``'s node right now."""
+def fit(load: NodeLoad, pod: Workload, rules: SharingRules = DEFAULT_RULES) -> Fit:
+    """Whether ``pod`` fits on ``load``'s node right now (memory, then the sharing rules)."""
     if pod.gpus <= 0:
         return Fit(ok=True)
     never = unresolvable(load, pod)
@@ -74,8 +75,21 @@ def fit(load: NodeLoad, pod: Workload) -> Fit:
     capacity = load.capacity_mib
     demand = fit_demand(pod, capacity)
     candidates = tuple(load.gpus[p] for p in load.holdable_for(demand, pod.job))
+    for group in load.groups_for(demand, pod, rules):
+        if len(group) >= pod.gpus:
+            return Fit(ok=True, candidates=tuple(load.gpus[p] for p in group))
     if len(candidates) >= pod.gpus:
-        return Fit(ok=True, candidates=candidates)
+        room = load.room_for(demand, pod, rules)
+        return Fit(
+            ok=False,
+            reason=(
+                f"{len(candidates)} of {len(load.gpus)} GPUs have room for the pod, but the "
+                f"sharing rules let it take at most {room} of them together (one partner job "
+                f"over all of a pod's GPUs, at most {rules.max_jobs_per_gpu} jobs per GPU, "
+                "partners of the same priority whose pair the interference model says gains)"
+            ),
+            candidates=candidates,
+        )
     if pod.peak_memory_mib <= 0 or capacity <= 0:
         need = "a whole GPU each (no rlix.io/gpu-memory-mib declared)"
         if capacity <= 0 and demand > 0:
@@ -108,6 +122,7 @@ class FilterOutcome:
 def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> FilterOutcome:
     """Split ``node_names`` into nodes that fit ``pod`` and nodes that do not (with reasons)."""
     out = FilterOutcome()
+    rules = view.rules
     if pod.gpus <= 0:  # not a GPU pod: not ours to judge
         out.feasible.extend(dict.fromkeys(node_names))
         return out
@@ -120,7 +135,7 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
             demand = demands.get(cap)
             if demand is None:
                 demand = demands[cap] = fit_demand(pod, cap)
-            if (cap <= 0 or demand <= cap) and len(load.holdable_for(demand, pod.job)) >= pod.gpus:
+            if (cap <= 0 or demand <= cap) and load.room_for(demand, pod, rules) >= pod.gpus:
                 out.feasible.append(name)
                 continue
         if load is None:
@@ -128,7 +143,7 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
                 "node is not in the rlix extender's cache yet (no watch event seen)"
             )
             continue
-        verdict = fit(load, pod)
+        verdict = fit(load, pod, rules)
         if verdict.ok:
             out.feasible.append(name)
         elif verdict.resolvable:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from rlix.core.phases import ITERATION_ORDER, Phase
 from rlix.core.policy.placement.memo import LoadMemo
+from rlix.core.policy.placement.sharing import SharingRules, busy_shapes, joinable
 from rlix.core.snapshot import Node, Workload
 
 
@@ -187,6 +188,35 @@ class NodeLoad:
             own = tuple(p for p in found if all(r.job != job for r in self.gpus[p].residents))
             self.memo.remember(self.memo.holdable_for_job, key, own)
         return own
+
+    def groups_for(
+        self, demand_mib: int, pod: Workload, rules: SharingRules
+    ) -> tuple[tuple[int, ...], ...]:
+        """The GPU sets ``pod`` may take its GPUs from (``sharing``, rules 1-5).
+
+        Each set holds the GPUs (positions into ``gpus``) whose running
+        residents are the same jobs, among those that can hold ``demand_mib`` and that the
+        rules let the pod join; the set of empty GPUs comes first. A pod's GPUs
+        all come from one set: all empty, or all shared with the same partner.
+        """
+        key = (demand_mib, pod.job, pod.priority, busy_shapes(pod), rules)
+        found = self.memo.groups.get(key)
+        if found is None:
+            sets: dict[frozenset[str], list[int]] = {}
+            for p in self.holdable_for(demand_mib, pod.job):
+                residents = self.gpus[p].residents
+                if residents and not joinable(rules, pod, residents):
+                    continue
+                jobs = frozenset(r.job or r.name for r in residents if not r.suspended)
+                sets.setdefault(jobs, []).append(p)
+            ordered = sorted(sets.items(), key=lambda kv: (bool(kv[0]), sorted(kv[0])))
+            found = tuple(tuple(ps) for _, ps in ordered)
+            self.memo.remember(self.memo.groups, key, found)
+        return found
+
+    def room_for(self, demand_mib: int, pod: Workload, rules: SharingRules) -> int:
+        """The most GPUs ``pod`` could take here under the rules (its largest set)."""
+        return max((len(g) for g in self.groups_for(demand_mib, pod, rules)), default=0)
 
 
 def _capacities(node: Node) -> list[tuple[int, int, int]]:

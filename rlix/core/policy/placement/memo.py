@@ -20,8 +20,9 @@ __all__ = ["MEMO_LIMIT", "LoadMemo", "ShapeKey", "SharedTerms"]
 MEMO_LIMIT = 64  # answers kept per node load, all tables together (a few per pod shape)
 
 # A pod shape as scoring sees it: (phase, per-GPU demand in MiB, GPUs, the
-# pod's job where this node holds peers of it, else "").
-ShapeKey = tuple[Phase | None, int, int, str]
+# pod's job where this node holds peers of it, else "", and what the sharing
+# rules read of the pod: its priority and the rules themselves).
+ShapeKey = tuple[Phase | None, int, int, str, object]
 # (complement, interleave, packing, chosen GPU indices) of a shape on one node.
 SharedTerms = tuple[float, float, float, tuple[int, ...]]
 
@@ -35,6 +36,8 @@ class LoadMemo:
     holdable: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # (demand MiB, job) -> the same, without GPUs already holding a pod of the job
     holdable_for_job: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)
+    # (demand, job, priority, busy shapes, rules) -> GPU sets a pod may take (sharing rules)
+    groups: dict[tuple[object, ...], tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     # the pod's phase -> (complement, interleave) against each GPU's residents
     pairs: dict[Phase | None, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # a shape -> its load-dependent score terms; None: the shape does not fit
@@ -60,7 +63,14 @@ class LoadMemo:
         return value
 
     def clear(self) -> None:
-        for table in (self.holdable, self.holdable_for_job, self.pairs, self.terms, self.base):
+        for table in (
+            self.holdable,
+            self.holdable_for_job,
+            self.groups,
+            self.pairs,
+            self.terms,
+            self.base,
+        ):
             table.clear()
         self.jobs = None
         self.size = 0

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 
 from rlix.core.phases import Phase
 from rlix.core.policy.placement.fit import fit_demand, unresolvable
-from rlix.core.policy.placement.loads import holdable_without
+from rlix.core.policy.placement.loads import holdable_without, without
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -125,7 +125,10 @@ def choose_victims_on(
         # The GPU count is the cheap test; the memory fit only runs once it passes.
         if sum(gpus_of[n] for n in removed) < gpus_needed:
             return False
-        return holdable_without(load, removed, demand) >= pod.gpus
+        if holdable_without(load, removed, demand) < pod.gpus:
+            return False
+        # Memory is enough; the sharing rules must also let the pod take the GPUs.
+        return without(load, removed).room_for(demand, pod, view.rules) >= pod.gpus
 
     removed = {w.name for w in required}
     chosen: list[tuple[Workload, ...]] = []

@@ -45,6 +45,7 @@ from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
 from rlix.core.policy.placement.fit import pod_demand_mib
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad
 from rlix.core.policy.placement.memo import ShapeKey, SharedTerms
+from rlix.core.policy.placement.sharing import SharingRules, busy_shapes
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -174,33 +175,60 @@ class _PodContext:
 
 
 def _shared_terms(
-    load: NodeLoad, phase: Phase | None, demand: int, gpus: int, job: str = ""
+    load: NodeLoad,
+    pod: Workload,
+    phase: Phase | None,
+    demand: int,
+    job: str,
+    *,
+    rules: SharingRules,
 ) -> SharedTerms | None:
     """The terms that depend only on the node's load and the pod's shape.
 
     Memoised on the (immutable) load: identical pods (a role's replicas, a
     gang's members) and repeated calls reuse them; None when the pod does not fit.
+    The pod's GPUs come from one of the sets the sharing rules allow
+    (``NodeLoad.groups_for``): the one whose residents complement the pod best.
+    Not "empty GPUs first": where the rules allow a pair at all, the model says
+    it delivers more than the pod alone would, so a good partner beats an
+    empty GPU; a same-shape one does not.
     """
-    own = bool(job) and job in load.jobs()
+    gpus = pod.gpus
     memo = load.memo
-    key: ShapeKey = (phase, demand, gpus, job if own else "")
+    key: ShapeKey = (phase, demand, gpus, job, (pod.priority, busy_shapes(pod), rules))
     if key in memo.terms:
         return memo.terms[key]
-    positions = load.holdable_for(demand, job)
     result: SharedTerms | None = None
-    if len(positions) >= gpus:
+    groups = [g for g in load.groups_for(demand, pod, rules) if len(g) >= gpus]
+    if groups:
         pairs = memo.pairs.get(phase)
         if pairs is None:
             pairs = tuple(_pair_terms(phase, g) for g in load.gpus)
             memo.remember(memo.pairs, phase, pairs)
-        ranked = sorted(
-            positions,
-            key=lambda p: (
-                -(WEIGHT_COMPLEMENT * pairs[p][0] + WEIGHT_INTERLEAVE * pairs[p][1]),
-                load.gpus[p].free_mib,
-                load.gpus[p].index,
-            ),
-        )[:gpus]
+
+        def ranked_in(group: tuple[int, ...]) -> list[int]:
+            return sorted(
+                group,
+                key=lambda p: (
+                    -(WEIGHT_COMPLEMENT * pairs[p][0] + WEIGHT_INTERLEAVE * pairs[p][1]),
+                    load.gpus[p].free_mib,
+                    load.gpus[p].index,
+                ),
+            )[:gpus]
+
+        def value(chosen: list[int]) -> float:
+            return sum(
+                WEIGHT_COMPLEMENT * pairs[p][0] + WEIGHT_INTERLEAVE * pairs[p][1] for p in chosen
+            )
+
+        # The best set by the pair terms (an empty GPU counts as neutral, so a
+        # complementary partner beats it and a same-shape one loses to it);
+        # ties go to the tighter memory fit, then the lower GPU index.
+        options = [ranked_in(g) for g in groups]
+        ranked = min(
+            options,
+            key=lambda o: (-value(o), sum(load.gpus[p].free_mib for p in o), load.gpus[o[0]].index),
+        )
         comp = sum(pairs[p][0] for p in ranked) / gpus
         inter = sum(pairs[p][1] for p in ranked) / gpus
         chosen = [load.gpus[p] for p in ranked]
@@ -219,10 +247,10 @@ def _shared_terms(
 
 def score_load(view: PlacementView, pod: Workload, load: NodeLoad) -> NodeScore:
     """Score ``pod`` on one node; infeasible nodes score 0."""
-    return _score(_PodContext.of(view, pod), load)
+    return _score(_PodContext.of(view, pod), load, view.rules)
 
 
-def _score(ctx: _PodContext, load: NodeLoad) -> NodeScore:
+def _score(ctx: _PodContext, load: NodeLoad, rules: SharingRules) -> NodeScore:
     name = load.node.name
     if ctx.pod.gpus <= 0:
         return NodeScore(node=name, score=0)
@@ -230,7 +258,7 @@ def _score(ctx: _PodContext, load: NodeLoad) -> NodeScore:
     shared = (
         None
         if too_big or not load.node.schedulable
-        else _shared_terms(load, ctx.phase, demand, ctx.pod.gpus, ctx.pod.job)
+        else _shared_terms(load, ctx.pod, ctx.phase, demand, ctx.pod.job, rules=rules)
     )
     if shared is None:
         return NodeScore(node=name, score=0, feasible=False)
@@ -256,14 +284,20 @@ def _score(ctx: _PodContext, load: NodeLoad) -> NodeScore:
 
 
 def _base(
-    load: NodeLoad, phase: Phase | None, demand: int, gpus: int, job: str = ""
+    load: NodeLoad,
+    pod: Workload,
+    phase: Phase | None,
+    demand: int,
+    job: str,
+    *,
+    rules: SharingRules,
 ) -> float | None:
     """The locality-free part of the total, memoised next to the terms.
 
     ``job`` is given only on nodes that hold pods of the pod's own job: only
     there can the answer differ (a job never shares a GPU with itself).
     """
-    shared = _shared_terms(load, phase, demand, gpus, job)
+    shared = _shared_terms(load, pod, phase, demand, job, rules=rules)
     base = (
         None
         if shared is None
@@ -271,7 +305,8 @@ def _base(
         + WEIGHT_INTERLEAVE * shared[1]
         + WEIGHT_PACKING * shared[2]
     )
-    return load.memo.remember(load.memo.base, (phase, demand, gpus, job), base)
+    key: ShapeKey = (phase, demand, pod.gpus, job, (pod.priority, busy_shapes(pod), rules))
+    return load.memo.remember(load.memo.base, key, base)
 
 
 def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> dict[str, int]:
@@ -285,6 +320,8 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         return dict.fromkeys(node_names, 0)
     ctx = _PodContext.of(view, pod)
     phase, gpus = ctx.phase, pod.gpus
+    rules = view.rules
+    sharing = (pod.priority, busy_shapes(pod), rules)
     # Weighted locality per node holding peers, and per domain for the rest.
     near: dict[str, float] = {}
     in_domain: dict[str | None, float] = {}
@@ -314,9 +351,9 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
             out[name] = 0
             continue
         job = pod.job if name in ctx.peers_here else ""
-        key = (phase, found[0], gpus, job)
+        key = (phase, found[0], gpus, job, sharing)
         bases = load.memo.base
-        base = bases[key] if key in bases else _base(load, phase, found[0], gpus, job)
+        base = bases[key] if key in bases else _base(load, pod, phase, found[0], job, rules=rules)
         if base is None:
             out[name] = 0
             continue
@@ -339,6 +376,8 @@ def score_nodes(
     for name in node_names:
         load = view.load(name)
         out[name] = (
-            _score(ctx, load) if load is not None else NodeScore(node=name, score=0, feasible=False)
+            _score(ctx, load, view.rules)
+            if load is not None
+            else NodeScore(node=name, score=0, feasible=False)
         )
     return out

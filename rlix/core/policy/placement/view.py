@@ -13,13 +13,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from rlix.core.policy.placement.loads import NodeLoad, node_load
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
 
 
 class PlacementView:
     """Cached derived facts about ``snapshot``: node loads, job members, peers."""
 
-    __slots__ = ("_by_job", "_by_name", "_complete", "_loads", "_peers", "snapshot")
+    __slots__ = ("_by_job", "_by_name", "_complete", "_loads", "_peers", "rules", "snapshot")
 
     def __init__(
         self,
@@ -27,10 +28,13 @@ class PlacementView:
         *,
         loads: Mapping[str, NodeLoad] | None = None,
         by_job: Mapping[str, tuple[Workload, ...]] | None = None,
+        rules: SharingRules = DEFAULT_RULES,
     ) -> None:
         """``loads`` and ``by_job`` let a caller that maintains them incrementally
-        (the extender's cache) hand them in; they must describe ``snapshot``."""
+        (the extender's cache) hand them in; they must describe ``snapshot``.
+        ``rules`` say who may share a GPU with whom (``sharing``)."""
         self.snapshot = snapshot
+        self.rules = rules
         self._complete = loads is not None
         self._loads: dict[str, NodeLoad] = dict(loads) if loads is not None else {}
         self._peers: dict[str, tuple[Counter[str], Counter[str]]] = {}

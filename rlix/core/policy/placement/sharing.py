@@ -1,0 +1,171 @@
+"""Who may share a GPU with whom: RLix's co-execution rules (issue 16).
+
+Memory fit alone (``loads``) lets any pod onto any GPU with room. The
+simulator showed what that costs: admission piled 2-5 jobs on a GPU; a gang
+moves at its slowest GPU, so a job sharing each of its GPUs with a different
+partner runs at the pace of the worst one; high-priority jobs ran at half speed
+beside low-priority ones; and under the interference measured on an H200 two
+saturating phases on one GPU deliver *less* than one GPU's progress (0.90-0.95),
+so every such co-location lowers the cluster's capacity. The rules:
+
+1. **A bounded number of jobs per GPU** (``max_jobs_per_gpu``, default 2).
+   Progress per co-runner falls with each one added (the model's rate is
+   ``1 / (1 + sum of co-runners' slowdowns)``), while the gain of overlap comes
+   from filling *one* partner's idle half.
+2. **Gang-aligned pairs.** A pod takes GPUs that all hold the same set of jobs
+   (all empty, or all shared with the same partner): a gang moves at its
+   slowest GPU, so one partner over all of them costs no more than one, and
+   different partners per GPU add up their worst moments. ``groups`` returns
+   the candidate GPU sets; a pod's GPUs come from one of them.
+3. **Only within a priority class.** A job never shares a GPU with a job of
+   another priority: a high-priority job is never slowed by a lower one, and a
+   low-priority job never sits where a high one would have to share.
+4. **A protected class is never slowed beyond a bound.** Jobs of priority >=
+   ``protected_priority`` share only where the interference model's worst case
+   keeps their stretch <= ``max_protected_stretch`` (1.2), else they get
+   whole GPUs (or wait, or preempt, as before).
+5. **Share only where the pair pays** (``interference`` given): two jobs may
+   share only when, whatever phases they are in, the model says the pair
+   delivers at least ``min_pair_progress`` (1.0) of one GPU's progress: below
+   that, running them one after the other is faster for both. The cycle of a
+   job is every phase it declares memory for, so the worst case is over all
+   of its busy shapes.
+
+Rule 5 decides how much RLix shares at all: under the measured H200 matrix
+(``MEASURED_H200``) no pair of compute/memory-bound phases passes it (a GEMM
+beside a GEMV: 0.95 GPUs of progress), so RLix places gangs on whole GPUs and
+keeps its in-place suspension; under the literature-based matrix
+(``ASSUMED``) every pair passes (a compute/memory pair: 1.48). The numbers are
+the simulator's (``rlix.core.sim.interference`` builds its matrices from the
+cells here), so the policy decides with the model it is measured under.
+
+``DEFAULT_RULES``, what the extender, the operator and the conductor use, has
+no matrix (rules 1-3 only): no matrix has been measured for a cluster's own
+GPUs and kernels. ``SharingRules()`` itself defaults to the measured H200
+matrix, which is what the benchmark's RLix decides with.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from rlix.core.phases import Shape, shape_of
+from rlix.core.snapshot import Workload
+
+BUSY_SHAPES: Final = (Shape.COMPUTE, Shape.MEMORY, Shape.NETWORK)
+
+# I[victim][co-runner]: the slowdown one full-pressure co-runner inflicts.
+Cells = tuple[tuple[Shape, Shape, float], ...]
+
+
+def cells_of(rows: Mapping[Shape, Mapping[Shape, float]]) -> Cells:
+    return tuple((a, b, float(rows[a][b])) for a in BUSY_SHAPES for b in BUSY_SHAPES)
+
+
+# Two processes on one H200 under CUDA time-slicing: bench/results/gpu_interference.json
+# (hack/gpu-interference.py). The default model of the simulator and of the policy.
+MEASURED_H200_CELLS: Final = cells_of(
+    {
+        Shape.COMPUTE: {Shape.COMPUTE: 1.157, Shape.MEMORY: 0.573, Shape.NETWORK: 0.007},
+        Shape.MEMORY: {Shape.COMPUTE: 2.17, Shape.MEMORY: 1.228, Shape.NETWORK: 0.041},
+        Shape.NETWORK: {Shape.COMPUTE: 0.0, Shape.MEMORY: 0.003, Shape.NETWORK: 0.885},
+    }
+)
+# Co-location studies (POD-Attention, NanoFlow, MuxServe, RollMux): an assumption.
+ASSUMED_CELLS: Final = cells_of(
+    {
+        Shape.COMPUTE: {Shape.COMPUTE: 1.0, Shape.MEMORY: 0.3, Shape.NETWORK: 0.1},
+        Shape.MEMORY: {Shape.COMPUTE: 0.4, Shape.MEMORY: 1.0, Shape.NETWORK: 0.1},
+        Shape.NETWORK: {Shape.COMPUTE: 0.1, Shape.MEMORY: 0.1, Shape.NETWORK: 0.1},
+    }
+)
+
+
+@dataclass(frozen=True)
+class SharingRules:
+    """The co-execution rules; hashable, so answers are memoised per rules value."""
+
+    interference: Cells | None = MEASURED_H200_CELLS  # None: rules 4 and 5 are off
+    max_jobs_per_gpu: int = 2
+    min_pair_progress: float = 1.0
+    protected_priority: int = 100
+    max_protected_stretch: float = 1.2
+
+    def __post_init__(self) -> None:
+        if self.max_jobs_per_gpu < 1:
+            raise ValueError(f"SharingRules.max_jobs_per_gpu = {self.max_jobs_per_gpu} < 1")
+        if self.interference is not None:
+            seen = {(a, b) for a, b, _ in self.interference}
+            missing = [f"{a}/{b}" for a in BUSY_SHAPES for b in BUSY_SHAPES if (a, b) not in seen]
+            if missing:
+                raise ValueError(f"SharingRules.interference lacks {', '.join(missing)}")
+
+    def slowdown(self, victim: Shape, other: Shape) -> float:
+        assert self.interference is not None
+        for a, b, value in self.interference:
+            if (a, b) == (victim, other):
+                return value
+        raise KeyError((victim, other))
+
+    def may_share(self, pod: Workload, resident: Workload) -> bool:
+        """Whether ``pod`` may run on a GPU ``resident`` holds (rules 3-5)."""
+        if pod.job and pod.job == resident.job:
+            return False
+        if pod.priority != resident.priority:
+            return False
+        return _pair_allowed(self, busy_shapes(pod), busy_shapes(resident), pod.priority)
+
+    def shares_at_all(self, priority: int) -> bool:
+        """Whether jobs of ``priority`` may share with anyone (rules 4-5, any phases)."""
+        every = frozenset(BUSY_SHAPES)
+        return _pair_allowed(self, every, every, priority)
+
+
+DEFAULT_RULES: Final = SharingRules(interference=None)
+
+
+def busy_shapes(w: Workload) -> frozenset[Shape]:
+    """The shapes of the phases ``w`` cycles through (all busy ones when undeclared)."""
+    found = frozenset(shape_of(p) for p in w.memory_mib) - {Shape.NONE}
+    return found or frozenset(BUSY_SHAPES)
+
+
+@functools.cache
+def _pair_allowed(
+    rules: SharingRules, mine: frozenset[Shape], theirs: frozenset[Shape], priority: int
+) -> bool:
+    if rules.interference is None:
+        return True
+    pairs = list(itertools.product(mine, theirs))
+    worst = min(
+        1.0 / (1.0 + rules.slowdown(a, b)) + 1.0 / (1.0 + rules.slowdown(b, a)) for a, b in pairs
+    )
+    if worst < rules.min_pair_progress:
+        return False
+    if priority >= rules.protected_priority:
+        stretch = max(1.0 + max(rules.slowdown(a, b), rules.slowdown(b, a)) for a, b in pairs)
+        if stretch > rules.max_protected_stretch:
+            return False
+    return True
+
+
+def joinable(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) -> bool:
+    """Whether ``pod`` may join a GPU with these residents (rules 1 and 3-5).
+
+    Suspended residents are left out: parked, they slow nobody (their memory
+    is still owed, which ``loads`` counts), and the conductor parks victims in
+    place precisely so that a preemptor can take their GPUs. When they come
+    back, their own placement must pass these rules against whoever runs there.
+    """
+    jobs: set[str] = set()
+    for r in residents:
+        if r.suspended:
+            continue
+        if not rules.may_share(pod, r):
+            return False
+        jobs.add(r.job or r.name)
+    return len(jobs) < rules.max_jobs_per_gpu
