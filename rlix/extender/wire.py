@@ -42,6 +42,12 @@ def _name(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= NAME_MAX_CHARS
 
 
+def _names(values: list[Any]) -> bool:
+    """Whether every item is a name: ``_name`` for a whole list at C speed (a
+    scheduler sends thousands per call, and this runs on every call)."""
+    return set(map(type, values)) <= {str} and max(map(len, values), default=0) <= NAME_MAX_CHARS
+
+
 @dataclass(frozen=True, slots=True)
 class ExtenderArgs:
     pod: Mapping[str, Any]
@@ -88,11 +94,7 @@ def parse_args(body: bytes) -> ExtenderArgs:
     raw_nodes = doc.get("Nodes")
     items: list[Mapping[str, Any]] | None = None
     if raw_names is not None:
-        if (
-            not isinstance(raw_names, list)
-            or len(raw_names) > MAX_NODES
-            or not all(_name(n) for n in raw_names)
-        ):
+        if not isinstance(raw_names, list) or len(raw_names) > MAX_NODES or not _names(raw_names):
             raise WireError(
                 f"field NodeNames must be a list of at most {MAX_NODES} node names "
                 f"(strings of at most {NAME_MAX_CHARS} characters)"
