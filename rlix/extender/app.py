@@ -31,7 +31,7 @@ from rlix.core.policy.placement import PlacementView, snapshot_to_doc
 from rlix.extender.cache import ClusterCache
 from rlix.extender.handlers import Answer, do_filter, do_preempt, do_prioritize, refusal
 from rlix.extender.metrics import ExtenderMetrics
-from rlix.extender.wire import MAX_BODY_BYTES
+from rlix.extender.wire import MAX_BODY_BYTES, encode_priority_list
 
 JSON = "application/json"
 log = logging.getLogger("rlix.extender.app")
@@ -121,7 +121,10 @@ def create_app(
             answer = refusal(verb, f"rlix extender could not handle {verb}: {exc!r}", "internal")
         if answer.error:
             log.info("%s answered %s: %s", verb, answer.outcome, answer.error[:500])
-        payload = json.dumps(answer.body, separators=(",", ":")).encode()
+        if verb == "prioritize":  # always wire.priority_list's shape
+            payload = encode_priority_list(answer.body)
+        else:
+            payload = json.dumps(answer.body, separators=(",", ":")).encode()
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
         metrics.requests.labels(verb, answer.outcome).inc()
         return answer.status, payload
