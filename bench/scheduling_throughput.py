@@ -35,8 +35,9 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,31 @@ BASELINE = "bench-baseline"
 
 def progress(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) per thread of ``pid``, summed by thread name;
+    the main thread is "main". {} when the process is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended in between
+        comm, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        name = "main" if tid == str(pid) else comm
+        values = fields.split()
+        out[name] = out.get(name, 0.0) + (int(values[11]) + int(values[12])) / tick
+    return out
+
+
+def cpu_since(pid: int, before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in thread_cpu_s(pid).items()}
 
 
 def pod_manifest(i: int, scheduler: str | None) -> dict[str, Any]:
@@ -188,6 +214,10 @@ class Batch:
     created_s: float  # first create -> last create returned
     total_s: float  # start of the clock -> last bound
     watch_restarts: int = 0
+    # CPU seconds over the batch (first create -> last bound): the scheduler
+    # process, and the extender's per thread (rlix batches only).
+    scheduler_cpu_s: float = 0.0
+    extender_cpu_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def pods_per_s(self) -> float:
@@ -211,6 +241,8 @@ def _batch(
     args: argparse.Namespace,
     *,
     paused_pid: int | None,
+    scheduler_pid: int,
+    extender_pid: int | None,
 ) -> Batch:
     """Create ``args.pods`` pods and time them until all are bound.
 
@@ -226,6 +258,8 @@ def _batch(
     manifests = [pod_manifest(i, scheduler) for i in range(args.pods)]
     mode = "paused scheduler" if paused_pid else "running scheduler"
     progress(f"{label}: creating {args.pods} pods for the {mode} ({args.workers} threads)")
+    scheduler_cpu = sum(thread_cpu_s(scheduler_pid).values())
+    extender_cpu = thread_cpu_s(extender_pid) if extender_pid else {}
     if paused_pid:
         os.kill(paused_pid, signal.SIGSTOP)
     try:
@@ -253,12 +287,14 @@ def _batch(
             time.sleep(0.1)
     finally:
         watch.stop()
+    scheduler_cpu = sum(thread_cpu_s(scheduler_pid).values()) - scheduler_cpu
+    extender_used = cpu_since(extender_pid, extender_cpu) if extender_pid else {}
     total_s = max(watch.bound.values()) - started
     progress(
         f"{label}: all bound {total_s:.1f} s after the clock started "
         f"({args.pods / total_s:.1f} pods/s; watch resumed {watch.restarts} times)"
     )
-    return Batch(args.pods, created_s, total_s, watch.restarts)
+    return Batch(args.pods, created_s, total_s, watch.restarts, scheduler_cpu, extender_used)
 
 
 def run_phase(
@@ -269,10 +305,12 @@ def run_phase(
     args: argparse.Namespace,
     *,
     pid: int,
+    extender_pid: int | None,
 ) -> Phase:
-    live = _batch(api, label, namespace, scheduler, args, paused_pid=None)
+    pids: dict[str, Any] = {"scheduler_pid": pid, "extender_pid": extender_pid}
+    live = _batch(api, label, namespace, scheduler, args, paused_pid=None, **pids)
     clear(api, namespace, args.timeout)
-    drain = _batch(api, label, f"{namespace}-drain", scheduler, args, paused_pid=pid)
+    drain = _batch(api, label, f"{namespace}-drain", scheduler, args, paused_pid=pid, **pids)
     clear(api, f"{namespace}-drain", args.timeout)
     return Phase(label, live, drain)
 
@@ -403,6 +441,8 @@ def measure(args: argparse.Namespace) -> Measurement:
         api = core_api(cluster.kubeconfig)
         default_pid = _pid_file(cluster.dir / "pids" / "kube-scheduler.pid")
         rlix_pid = json.loads((cluster.dir / "rlix-state.json").read_text())["scheduler_pid"]
+        assert extender.component is not None and extender.component.proc is not None
+        ext_pid = extender.component.proc.pid
         schedulers = [
             ("default", None, default_pid),
             ("baseline", BASELINE, baseline_pid),
@@ -414,9 +454,12 @@ def measure(args: argparse.Namespace) -> Measurement:
             progress(f"run {r + 1}/{args.runs}: {', '.join(o[0] for o in order)}")
             done: dict[str, Phase] = {}
             for label, scheduler, pid in order:
+                extender_pid = ext_pid if label == "rlix" else None
                 before = extender_calls(extender) if label == "rlix" else {}
                 namespace = f"bench-{label}-r{r + 1}"
-                done[label] = run_phase(api, label, namespace, scheduler, args, pid=pid)
+                done[label] = run_phase(
+                    api, label, namespace, scheduler, args, pid=pid, extender_pid=extender_pid
+                )
                 if label == "rlix":
                     after = extender_calls(extender)
                     for k, v in after.items():
@@ -485,6 +528,32 @@ def report(args: argparse.Namespace, m: Measurement) -> tuple[str, float]:
                  for label in labels)
         for run in m.runs
     )  # fmt: skip
+
+    def cpu_ms(label: str, kind: str, pick: Callable[[Batch], float]) -> str:
+        """Median over runs of CPU ms per pod in ``label``'s ``kind`` batches."""
+        per_pod = [1000 * pick(getattr(run[label], kind)) / args.pods for run in m.runs]
+        return f"{statistics.median(per_pod):.1f}"
+
+    def scheduler_cpu(batch: Batch) -> float:
+        return batch.scheduler_cpu_s
+
+    def thread_cpu(thread: str) -> Callable[[Batch], float]:
+        return lambda batch: batch.extender_cpu_s.get(thread, 0.0)
+
+    cpu_rows = [
+        f"| {label} | kube-scheduler | {cpu_ms(label, 'live', scheduler_cpu)} "
+        f"| {cpu_ms(label, 'drain', scheduler_cpu)} |"
+        for label in labels
+    ]
+    # CPython 3.11 does not name OS threads, so the main thread (the event loop:
+    # HTTP and the verbs) is told apart by its id and the rest are the watches.
+    threads = sorted({t for run in m.runs for t in run["rlix"].drain.extender_cpu_s})
+    for thread in ["main", *(t for t in threads if t != "main")]:
+        name = "event loop (HTTP, verbs)" if thread == "main" else f"thread {thread!r} (watches)"
+        cpu_rows.append(
+            f"| rlix | extender: {name} | {cpu_ms('rlix', 'live', thread_cpu(thread))} "
+            f"| {cpu_ms('rlix', 'drain', thread_cpu(thread))} |"
+        )
     headline = statistics.median(ratios["baseline", "live"])
     # Per-pod cost on a full queue: what the extender adds to each scheduling cycle
     # (kube-scheduler calls it synchronously, twice per pod), and how much of that
@@ -533,10 +602,18 @@ def report(args: argparse.Namespace, m: Measurement) -> tuple[str, float]:
         "",
         f"Extender during the rlix batches: {extender_line or 'no calls recorded'}.",
         "",
-        f"Per pod on a full queue (medians), rlix-scheduler spends {added_ms:.1f} ms more "
-        f"than the baseline; {handler_ms:.1f} ms of it is the extender's filter + prioritize "
-        "handlers, the rest is two HTTP round trips, JSON, and the extender process "
-        "competing for the same two CPUs (its watch also digests every bind).",
+        "CPU per pod (ms; user + system from /proc, first create -> last bound, median "
+        "over runs): where the extender's cost goes.",
+        "",
+        "| scheduler | process / thread | live | drain |",
+        "|---|---|---|---|",
+        *cpu_rows,
+        "",
+        f"Per pod on a full queue (medians), rlix-scheduler takes {added_ms:+.1f} ms against "
+        f"the baseline; the extender's filter + prioritize handlers take {handler_ms:.1f} ms "
+        "of wall time per pod (mean), the rest of the difference is two HTTP round trips, "
+        "JSON, and the extender process competing for the same two CPUs (its watches digest "
+        "every pod event).",
         "",
         "Notes: one cluster serves every run; within a run the schedulers take turns (the "
         "first one rotates from run to run), each batch's pods are deleted before the next "
