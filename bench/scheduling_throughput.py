@@ -48,6 +48,7 @@ from rlix.core import names
 from rlix.devcluster import manifests, processes
 from rlix.devcluster.cluster import ClusterOptions, DevCluster
 from rlix.devcluster.processes import free_port
+from rlix.devcluster.scheduler import command as scheduler_command
 from rlix.devcluster.toolchain import bin_dir
 
 RESULTS = Path(__file__).parent / "results" / "scheduling_throughput.md"
@@ -332,9 +333,10 @@ def _pid_file(path: Path) -> int:
 
 
 def start_baseline(cluster: DevCluster, workdir: Path) -> int:
-    """kube-scheduler with rlix-scheduler's configuration (client QPS, plugins) but no
-    extender, serving ``bench-baseline``: the fair yardstick, since kwokctl's default
-    scheduler runs with the client's default QPS (50) instead of rlix's 200."""
+    """kube-scheduler with rlix-scheduler's configuration (client QPS, plugins) and
+    command line (feature gates, log verbosity) but no extender, serving
+    ``bench-baseline``: the fair yardstick, since kwokctl's default scheduler runs
+    with the client's default QPS (50) instead of rlix's 200."""
     import yaml
 
     config = manifests.rlix_scheduler_config(
@@ -347,14 +349,7 @@ def start_baseline(cluster: DevCluster, workdir: Path) -> int:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port()
     pid = processes.spawn_detached(
-        [
-            str(cluster.bin_dir / "kube-scheduler"),
-            f"--config={path}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-        ],
-        log=workdir / "baseline-scheduler.log",
+        scheduler_command(cluster.bin_dir, path, port), log=workdir / "baseline-scheduler.log"
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -620,7 +615,8 @@ def report(args: argparse.Namespace, m: Measurement) -> tuple[str, float]:
         "batch, so every batch schedules onto the same empty cluster. "
         "All three are the same kube-scheduler binary (hack/versions.env) with default plugins; "
         "rlix-scheduler and the baseline use rlix.devcluster's configuration (client QPS "
-        "200/burst 400), kwokctl starts the default scheduler with flags only (client QPS "
+        "200/burst 400) and command line (feature gates, --v=2), kwokctl starts the "
+        "default scheduler with flags only (client QPS "
         "50/burst 100). The baseline is the fair yardstick: the extender is the only "
         "difference. Bind-watch resumptions per run (live+drain, default/baseline/rlix): "
         f"{restarts}.",
