@@ -120,6 +120,8 @@ class Workload:
     def refused_by(self, node: Node) -> str | None:
         """Why kube-scheduler would keep this pod off ``node`` for its selector or
         taints, or None (required node affinity beyond nodeSelector is not read)."""
+        if not self.node_selector and not node.taints:
+            return None  # the common case, asked for every node of every filter call
         labels = dict(node.labels)
         for key, value in self.node_selector:
             if labels.get(key) != value:

@@ -15,6 +15,20 @@ import yaml
 from rlix.devcluster import manifests, processes
 
 
+def command(bin_dir: Path, config_path: Path, port: int) -> list[str]:
+    """The kube-scheduler command line for ``config_path`` (also what the throughput
+    benchmark runs its no-extender baseline with, so only the config differs)."""
+    return [
+        str(bin_dir / "kube-scheduler"),
+        f"--config={config_path}",
+        "--bind-address=127.0.0.1",
+        f"--feature-gates={manifests.FEATURE_GATES}",
+        f"--secure-port={port}",
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+        "--v=2",
+    ]
+
+
 def start(
     *, bin_dir: Path, kubeconfig: Path, extender_url: str, workdir: Path, leader_elect: bool
 ) -> tuple[int, int]:
@@ -27,18 +41,7 @@ def start(
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     log = workdir / "logs" / "rlix-scheduler.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    pid = processes.spawn_detached(
-        [
-            str(bin_dir / "kube-scheduler"),
-            f"--config={config_path}",
-            "--bind-address=127.0.0.1",
-            f"--feature-gates={manifests.FEATURE_GATES}",
-            f"--secure-port={port}",
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-            "--v=2",
-        ],
-        log=log,
-    )
+    pid = processes.spawn_detached(command(bin_dir, config_path, port), log=log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if not processes.pid_alive(pid):

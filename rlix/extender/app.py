@@ -3,8 +3,8 @@
 Bodies are read as raw bytes and answers written as ready JSON bytes: FastAPI's
 model validation and ``jsonable_encoder`` cost more than the policy itself for
 a 5,000-name request, and the wire format is checked by ``rlix.extender.wire``.
-Handlers are ``async`` on purpose: they run on the event loop thread, one at a
-time, so the memoising view needs no lock.
+The verbs are answered by a bare ASGI layer (``_Verbs``) in front of FastAPI,
+on the event loop thread, one at a time, so the memoising view needs no lock.
 
 ``freeze_gc``: the cache holds hundreds of thousands of long-lived objects, and
 CPython's full garbage collection walks all of them; measured, that turned a
@@ -23,28 +23,67 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlix.core.policy.placement import PlacementView, snapshot_to_doc
 from rlix.extender.cache import ClusterCache
 from rlix.extender.handlers import Answer, do_filter, do_preempt, do_prioritize, refusal
 from rlix.extender.metrics import ExtenderMetrics
-from rlix.extender.wire import MAX_BODY_BYTES
+from rlix.extender.wire import MAX_BODY_BYTES, encode_priority_list
 
 JSON = "application/json"
 log = logging.getLogger("rlix.extender.app")
 
 
-async def _body(request: Request) -> bytes:
-    """The body, read no further than one byte past the limit ``wire`` refuses."""
+async def _body(receive: Receive) -> bytes | None:
+    """The body, read no further than one byte past the limit ``wire`` refuses;
+    None when the client went away before sending it all."""
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
         chunks.append(chunk)
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            break
-    return b"".join(chunks)
+        if size > MAX_BODY_BYTES or not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _send(send: Send, status: int, payload: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+    headers = [(b"content-type", JSON.encode()), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + extra})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class _Verbs:
+    """The scheduler's verbs as a bare ASGI layer in front of FastAPI.
+
+    kube-scheduler waits for two of these calls per pod, on the same CPUs as
+    everything else; FastAPI's routing, middleware stack and request objects
+    cost about as much CPU as the policy's answer itself (measured with a
+    1,000-node cluster), so POSTs to the verbs are answered here and every
+    other path (health, metrics, debug) goes on to FastAPI.
+    """
+
+    def __init__(self, app: ASGIApp, verbs: dict[str, Callable[[bytes], tuple[int, bytes]]]):
+        self.app = app
+        self.verbs = verbs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        verb = self.verbs.get(scope["path"]) if scope["type"] == "http" else None
+        if verb is None:
+            await self.app(scope, receive, send)
+        elif scope["method"] != "POST":
+            detail = json.dumps({"detail": "Method Not Allowed"}).encode()
+            await _send(send, 405, detail, [(b"allow", b"POST")])
+        else:
+            body = await _body(receive)
+            if body is not None:
+                status, payload = verb(body)
+                await _send(send, status, payload, [])
 
 
 def _json(status: int, body: Any) -> Response:
@@ -71,11 +110,10 @@ def create_app(
     app.state.cache = cache
     app.state.metrics = metrics
 
-    async def serve(
-        verb: str, request: Request, run: Callable[[PlacementView, bytes], Answer]
-    ) -> Response:
+    def serve(
+        verb: str, body: bytes, run: Callable[[PlacementView, bytes], Answer]
+    ) -> tuple[int, bytes]:
         start = time.perf_counter()
-        body = await _body(request)
         try:
             answer = run(current_view(), body)
         except Exception as exc:  # last line of defence: still the protocol's answer
@@ -83,26 +121,26 @@ def create_app(
             answer = refusal(verb, f"rlix extender could not handle {verb}: {exc!r}", "internal")
         if answer.error:
             log.info("%s answered %s: %s", verb, answer.outcome, answer.error[:500])
-        response = _json(answer.status, answer.body)
+        if verb == "prioritize":  # always wire.priority_list's shape
+            payload = encode_priority_list(answer.body)
+        else:
+            payload = json.dumps(answer.body, separators=(",", ":")).encode()
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
         metrics.requests.labels(verb, answer.outcome).inc()
-        return response
+        return answer.status, payload
 
-    @app.post("/filter")
-    async def filter_(request: Request) -> Response:
-        return await serve("filter", request, do_filter)
-
-    @app.post("/prioritize")
-    async def prioritize(request: Request) -> Response:
-        return await serve("prioritize", request, do_prioritize)
-
-    @app.post("/preempt")
-    async def preempt(request: Request) -> Response:
-        return await serve(
-            "preempt",
-            request,
-            lambda view, body: do_preempt(view, body, cache.name_of_uid, cache.uid_of),
-        )
+    app.add_middleware(
+        _Verbs,
+        verbs={
+            "/filter": lambda body: serve("filter", body, do_filter),
+            "/prioritize": lambda body: serve("prioritize", body, do_prioritize),
+            "/preempt": lambda body: serve(
+                "preempt",
+                body,
+                lambda view, b: do_preempt(view, b, cache.name_of_uid, cache.uid_of),
+            ),
+        },
+    )
 
     @app.get("/healthz")
     async def healthz() -> Response:

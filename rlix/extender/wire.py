@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any, TypeGuard
 
 # A nodeCacheCapable=false call carries full Node objects: ~5 KiB each, so
@@ -40,6 +41,12 @@ class WireError(ValueError):
 
 def _name(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and len(value) <= NAME_MAX_CHARS
+
+
+def _names(values: list[Any]) -> bool:
+    """Whether every item is a name: ``_name`` for a whole list at C speed (a
+    scheduler sends thousands per call, and this runs on every call)."""
+    return set(map(type, values)) <= {str} and max(map(len, values), default=0) <= NAME_MAX_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +95,7 @@ def parse_args(body: bytes) -> ExtenderArgs:
     raw_nodes = doc.get("Nodes")
     items: list[Mapping[str, Any]] | None = None
     if raw_names is not None:
-        if (
-            not isinstance(raw_names, list)
-            or len(raw_names) > MAX_NODES
-            or not all(_name(n) for n in raw_names)
-        ):
+        if not isinstance(raw_names, list) or len(raw_names) > MAX_NODES or not _names(raw_names):
             raise WireError(
                 f"field NodeNames must be a list of at most {MAX_NODES} node names "
                 f"(strings of at most {NAME_MAX_CHARS} characters)"
@@ -190,6 +193,17 @@ def empty_preemption() -> dict[str, Any]:
 
 def priority_list(scores: Mapping[str, int]) -> list[dict[str, Any]]:
     return [{"Host": host, "Score": int(score)} for host, score in scores.items()]
+
+
+def encode_priority_list(items: Sequence[Mapping[str, Any]]) -> bytes:
+    """``priority_list``'s answer as compact JSON, a third of ``json.dumps``'s CPU
+    for a thousand hosts (the encoder's per-dict work is the bulk of a prioritize
+    call's framing). Hosts are JSON-escaped by the json module's own C routine."""
+    return (
+        "["
+        + ",".join([f'{{"Host":{_json_str(i["Host"])},"Score":{int(i["Score"])}}}' for i in items])
+        + "]"
+    ).encode()
 
 
 def preemption_result(victims: Mapping[str, tuple[Sequence[str], int]]) -> dict[str, Any]:

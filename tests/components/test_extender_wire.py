@@ -71,3 +71,30 @@ def test_help_explains_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
         assert flag in out
     args = build_parser().parse_args(["--no-watch", "--port", "9999"])
     assert (args.host, args.port, args.no_watch) == ("127.0.0.1", 9999, True)
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [{}, {"gpu-0": 10, "gpu-1": 0}, {'we"ird\\node': 3, "n\u00f6de-\u2603": 7, "tab\there": 1}],
+)
+def test_encoded_priority_list_is_what_json_dumps_writes(scores: dict[str, int]) -> None:
+    items = wire.priority_list(scores)
+    compact = json.dumps(items, separators=(",", ":")).encode()
+    assert wire.encode_priority_list(items) == compact
+    assert json.loads(wire.encode_priority_list(items)) == items
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["a", 1], ["a", None], ["a", "x" * (wire.NAME_MAX_CHARS + 1)], "not-a-list"],
+)
+def test_node_names_must_all_be_short_strings(names: object) -> None:
+    body = json.dumps({"Pod": {}, "NodeNames": names}).encode()
+    with pytest.raises(wire.WireError, match="NodeNames"):
+        wire.parse_args(body)
+
+
+def test_node_names_at_the_length_limit_are_read() -> None:
+    names = ["a", "x" * wire.NAME_MAX_CHARS]
+    args = wire.parse_args(json.dumps({"Pod": {}, "NodeNames": names}).encode())
+    assert args.node_names == names

@@ -127,22 +127,27 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         out.feasible.extend(dict.fromkeys(node_names))
         return out
     demands: dict[int, int] = {}  # capacity -> demand; computed once per GPU size
+    get_load = view.load_getter()
+    selective, gpus = bool(pod.node_selector), pod.gpus
     for name in dict.fromkeys(node_names):
-        load = view.load(name)
-        if load is not None and load.node.schedulable and pod.refused_by(load.node) is None:
-            # Fast path for the common verdict: enough GPUs can hold the pod.
-            cap = load.capacity_mib
-            demand = demands.get(cap)
-            if demand is None:
-                demand = demands[cap] = fit_demand(pod, cap)
-            if (cap <= 0 or demand <= cap) and load.room_for(demand, pod, rules) >= pod.gpus:
-                out.feasible.append(name)
-                continue
+        load = get_load(name)
         if load is None:
             out.unresolvable[name] = (
                 "node is not in the rlix extender's cache yet (no watch event seen)"
             )
             continue
+        # Fast path for the common verdict (enough GPUs can hold the pod), asked
+        # of every node of every call: the selector and taint check is skipped
+        # when neither the pod nor the node has any.
+        node = load.node
+        if node.schedulable and (not (selective or node.taints) or pod.refused_by(node) is None):
+            cap = load.capacity_mib
+            demand = demands.get(cap)
+            if demand is None:
+                demand = demands[cap] = fit_demand(pod, cap)
+            if (cap <= 0 or demand <= cap) and load.room_for(demand, pod, rules) >= gpus:
+                out.feasible.append(name)
+                continue
         verdict = fit(load, pod, rules)
         if verdict.ok:
             out.feasible.append(name)
