@@ -38,10 +38,18 @@ def start_probe_session(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def written() -> dict[str, str] | None:
+        # The probe writes the file in one call, but a poll can still land
+        # between its creation and the write: half a document is "not yet".
+        try:
+            found: dict[str, str] = json.loads(out.read_text())
+        except (OSError, ValueError):
+            return None
+        return found
+
     try:
-        info: dict[str, str] = json.loads(
-            wait_for(what, lambda: out.read_text() if out.is_file() else None, timeout_s=timeout_s)
-        )
+        info = wait_for(what, written, timeout_s=timeout_s)
     except AssertionError as exc:
         processes.stop_process_group(child.pid)
         child.wait(timeout=60)

@@ -159,3 +159,13 @@ def running_agent(cluster: DevCluster, ns: str) -> str | None:
         if statuses and statuses[0].get("ready"):
             return str(pod["metadata"]["name"])
     return None
+
+
+def remove_agent(cluster: DevCluster, ns: str, objects: list[dict[str, Any]]) -> None:
+    """Delete the agent's namespace and the cluster-scoped objects ``agent_objects`` made."""
+    cluster.kubectl("delete", "namespace", ns, "--wait=true", check=False)
+    for obj in objects:
+        if obj["kind"].startswith("Cluster"):
+            cluster.kubectl(
+                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False
+            )

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from e2e.kube import apply, get_json, wait_for
-from e2e.realnode_pods import advertised_gpus, agent_objects, running_agent
+from e2e.realnode_pods import advertised_gpus, agent_objects, real_pod, remove_agent, running_agent
 from rlix.core import dra, names
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
@@ -95,10 +95,9 @@ def dra_agent(dev: DevCluster, real_node: realnode.RealNode) -> Iterator[tuple[s
             }
         },
     )
-    cluster_scoped = [o for o in objects if o["kind"].startswith("Cluster")]
     # The GPU labels the chart's DaemonSet selects nodes by (GPU feature discovery's).
     with advertised_gpus(dev, gpus=GPUS, memory_mib=GPU_MIB):
-        yield from _agent_running(dev, real_node, ns, objects, cluster_scoped)
+        yield from _agent_running(dev, real_node, ns, objects)
 
 
 def _agent_running(
@@ -106,7 +105,6 @@ def _agent_running(
     real_node: realnode.RealNode,
     ns: str,
     objects: list[dict[str, Any]],
-    cluster_scoped: list[dict[str, Any]],
 ) -> Iterator[tuple[str, str]]:
     try:
         dev.apply(objects)
@@ -129,11 +127,7 @@ def _agent_running(
             ) from None
         yield ns, pod
     finally:
-        dev.kubectl("delete", "namespace", ns, "--wait=true", check=False)
-        for obj in cluster_scoped:
-            dev.kubectl(
-                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False
-            )
+        remove_agent(dev, ns, objects)
         node = realnode.NODE_NAME
         dev.kubectl(
             "delete", "resourceslice", dra.slice_name(node), "--ignore-not-found", check=False
@@ -192,28 +186,12 @@ def _claim(name: str, gpu_uuid: str, mib: int) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "nodeSelector": {realnode.NODE_LABEL: "true"},
-            "tolerations": [{"key": realnode.TAINT_KEY, "operator": "Exists"}],
-            "resourceClaims": [{"name": dra.POD_CLAIM_NAME, "resourceClaimName": name}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": ["python3", "-c", PRINT_ENV],
-                    "resources": {"claims": [{"name": dra.POD_CLAIM_NAME}]},
-                }
-            ],
-        },
-    }
+def _pod(node: realnode.RealNode, name: str) -> dict[str, Any]:
+    """A real pod that prints its env, holding the claim named like it."""
+    pod = real_pod(node, name, ["python3", "-c", PRINT_ENV])
+    pod["spec"]["resourceClaims"] = [{"name": dra.POD_CLAIM_NAME, "resourceClaimName": name}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": dra.POD_CLAIM_NAME}]}
+    return pod
 
 
 def _printed_env(dev: DevCluster, ns: str, pod: str) -> dict[str, str] | None:
@@ -269,7 +247,7 @@ def test_two_pods_share_one_gpu_prepared_by_the_kubelet_through_cdi(
             lambda: dev.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
         )
         for name, mib in SHARES.items():
-            apply(dev, ns, _claim(name, gpu.uuid, mib), _pod(name, real_node.node_image))
+            apply(dev, ns, _claim(name, gpu.uuid, mib), _pod(real_node, name))
         try:
             printed = {
                 name: wait_for(

@@ -18,7 +18,6 @@ must be refused by the scheduler's DRA allocator itself.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -29,11 +28,10 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, events_for, get_json, rljob_condition, rljob_state, wait_for
+from e2e.own_cluster import gpu_node_cluster
 from rlix.core import dra, names
-from rlix.devcluster import manifests, processes
-from rlix.devcluster.cluster import ClusterOptions, DevCluster, default_workdir
+from rlix.devcluster.cluster import DevCluster
 from rlix.devcluster.processes import Component, wait_until
-from rlix.devcluster.toolchain import bin_dir
 
 NODE = "rlix-dra-gpu-0"
 # Short, so the re-planning test waits seconds, not the default minute.
@@ -45,46 +43,35 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def dra_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """Its own control plane (named for the e2e reaper), one DRA node, its agent."""
-    options = ClusterOptions(
-        name=f"rlix-e2e-dra-{os.getpid()}",
-        nodes=0,
-        extender_port=processes.free_port(),
-        workdir=default_workdir(),
-    )
-    cluster = DevCluster(options, bin_dir())
     workdir = tmp_path_factory.mktemp("dra")
     agent: Component | None = None
-    try:
-        cluster.up()
-        spec = manifests.GPUNodeSpec(name=NODE, gpus=1, gpu_memory_mib=GPU_MIB, device_plugin=False)
-        cluster.apply([manifests.gpu_node(spec)])
-        cluster.kubectl("wait", "--for=condition=Ready", f"node/{NODE}", "--timeout=120s")
-        socket = workdir / "agent.sock"
-        agent = Component(
-            "agent",
-            [
-                sys.executable, "-m", "rlix.agent", "--backend", "simulated",
-                "--node-name", NODE, "--kubeconfig", str(cluster.kubeconfig),
-                "--socket", str(socket), "--state-dir", str(workdir / "state"),
-                "--park-dir", str(workdir / "parked"), "--proc-root", str(workdir / "proc"),
-                "--sim-gpus", "1", "--sim-gpu-memory-mib", str(GPU_MIB),
-                "--publish-interval", "1",
-            ],
-            workdir / "agent.log",
-            cwd=ROOT,
-        )  # fmt: skip
-        (workdir / "proc").mkdir()
-        agent.start()
-        wait_until("agent", agent, socket.exists)
-        wait_for(
-            f"{NODE} marked for GPU claims by its agent",
-            lambda: node_annotation(cluster, names.ANNOTATION_NODE_GPU_CLAIMS) == "true",
-        )
-        yield cluster
-    finally:
-        if agent is not None:
-            agent.stop()
-        cluster.down()
+    with gpu_node_cluster("dra", NODE, gpus=1, gpu_mib=GPU_MIB) as cluster:
+        try:
+            socket = workdir / "agent.sock"
+            agent = Component(
+                "agent",
+                [
+                    sys.executable, "-m", "rlix.agent", "--backend", "simulated",
+                    "--node-name", NODE, "--kubeconfig", str(cluster.kubeconfig),
+                    "--socket", str(socket), "--state-dir", str(workdir / "state"),
+                    "--park-dir", str(workdir / "parked"), "--proc-root", str(workdir / "proc"),
+                    "--sim-gpus", "1", "--sim-gpu-memory-mib", str(GPU_MIB),
+                    "--publish-interval", "1",
+                ],
+                workdir / "agent.log",
+                cwd=ROOT,
+            )  # fmt: skip
+            (workdir / "proc").mkdir()
+            agent.start()
+            wait_until("agent", agent, socket.exists)
+            wait_for(
+                f"{NODE} marked for GPU claims by its agent",
+                lambda: node_annotation(cluster, names.ANNOTATION_NODE_GPU_CLAIMS) == "true",
+            )
+            yield cluster
+        finally:
+            if agent is not None:
+                agent.stop()
 
 
 @pytest.fixture(scope="module")

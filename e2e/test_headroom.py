@@ -23,7 +23,6 @@ finishes. At 1x overcommit (``e2e/test_conductor.py``) the same arrival parks
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,11 +32,10 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, get_json, rljob_state, wait_for
+from e2e.own_cluster import gpu_node_cluster
 from e2e.suspensions import condition, finish, observed, pod_suspension
 from rlix.core import dra, names
-from rlix.devcluster import manifests, processes
-from rlix.devcluster.cluster import ClusterOptions, DevCluster, default_workdir
-from rlix.devcluster.toolchain import bin_dir
+from rlix.devcluster.cluster import DevCluster
 from tests.components.pod_processes import Trainer, wait_connected
 from tests.support.agent_fakes import AgentProcess
 
@@ -53,19 +51,7 @@ def headroom_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[DevCluster, AgentProcess]]:
     """Its own control plane (named for the e2e reaper), one DRA node, its agent."""
-    options = ClusterOptions(
-        name=f"rlix-e2e-headroom-{os.getpid()}",
-        nodes=0,
-        extender_port=processes.free_port(),
-        workdir=default_workdir(),
-    )
-    cluster = DevCluster(options, bin_dir())
-    agent: AgentProcess | None = None
-    try:
-        cluster.up()
-        spec = manifests.GPUNodeSpec(name=NODE, gpus=2, gpu_memory_mib=GPU_MIB, device_plugin=False)
-        cluster.apply([manifests.gpu_node(spec)])
-        cluster.kubectl("wait", "--for=condition=Ready", f"node/{NODE}", "--timeout=120s")
+    with gpu_node_cluster("headroom", NODE, gpus=2, gpu_mib=GPU_MIB) as cluster:
         agent = AgentProcess(
             tmp_path_factory.mktemp("agent"),
             node=NODE,
@@ -75,20 +61,19 @@ def headroom_cluster(
             dra=True,
             extra_args=(f"--memory-overcommit={OVERCOMMIT}",),
         ).start()
-        wait_for(
-            f"{NODE} published at {OVERCOMMIT}x by its agent",
-            lambda: (
-                (get_json(cluster, "node", NODE)["metadata"].get("annotations") or {}).get(
-                    names.ANNOTATION_NODE_MEMORY_OVERCOMMIT
-                )
-                == OVERCOMMIT
-            ),
-        )
-        yield cluster, agent
-    finally:
-        if agent is not None:
+        try:
+            wait_for(
+                f"{NODE} published at {OVERCOMMIT}x by its agent",
+                lambda: (
+                    (get_json(cluster, "node", NODE)["metadata"].get("annotations") or {}).get(
+                        names.ANNOTATION_NODE_MEMORY_OVERCOMMIT
+                    )
+                    == OVERCOMMIT
+                ),
+            )
+            yield cluster, agent
+        finally:
             agent.kill()
-        cluster.down()
 
 
 @pytest.fixture(scope="module")

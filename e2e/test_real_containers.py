@@ -32,7 +32,7 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, get_json, wait_for
-from e2e.realnode_pods import advertised_gpus, agent_objects, running_agent
+from e2e.realnode_pods import advertised_gpus, agent_objects, remove_agent, running_agent
 from rlix.agent.cgroups import pod_uid_from_cgroup
 from rlix.core import names
 from rlix.devcluster import realnode
@@ -68,7 +68,6 @@ def agent(
     ns = f"rlix-agent-{uuid.uuid4().hex[:8]}"
     dev.kubectl("create", "namespace", ns)
     objects = agent_objects(dev, real_node, ns)
-    cluster_scoped = [o for o in objects if o["kind"].startswith("Cluster")]
     try:
         dev.apply(objects)
         pod = wait_for(
@@ -87,11 +86,7 @@ def agent(
             raise AssertionError(f"{exc}\n--- agent ---\n{logs.stdout}{logs.stderr}") from None
         yield ns, pod
     finally:
-        dev.kubectl("delete", "namespace", ns, "--wait=true", check=False)
-        for obj in cluster_scoped:
-            dev.kubectl(
-                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False
-            )
+        remove_agent(dev, ns, objects)
 
 
 def _annotations(cluster: DevCluster, *args: str) -> dict[str, str]:

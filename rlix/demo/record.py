@@ -18,24 +18,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlix.core import dra, names
+from rlix.core.times import parse_rfc3339
 
 _FINISHED = ("Succeeded", "Failed")
 
 
 def epoch(raw: object) -> float | None:
     """An RFC 3339 timestamp from the API (or the agent) as epoch seconds; None if absent."""
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    moment = parse_rfc3339(raw)
+    return None if moment is None else moment.timestamp()
 
 
 @dataclass

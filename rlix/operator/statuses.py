@@ -26,6 +26,7 @@ from rlix.core.rljob import (
     RoleKind,
     RoleStatus,
 )
+from rlix.core.times import parse_rfc3339
 
 _PHASE_RANK = {p: i for i, p in enumerate((*ITERATION_ORDER, Phase.IDLE))}
 
@@ -35,13 +36,7 @@ def rfc3339(moment: datetime) -> str:
 
 
 def parse_time(raw: object) -> datetime | None:
-    if not isinstance(raw, str) or not raw:
-        return None
-    try:
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return parse_rfc3339(raw)
 
 
 @dataclass(frozen=True, slots=True)

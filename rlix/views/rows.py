@@ -26,6 +26,7 @@ from rlix.core.objects import (
 )
 from rlix.core.phases import Phase
 from rlix.core.suspension import CONDITION_SUSPENDED, PodSuspension, State
+from rlix.core.times import parse_rfc3339
 
 Obj = Mapping[str, Any]
 
@@ -58,11 +59,8 @@ def _try(read: Any) -> Any:
 
 def age(timestamp: str | None, now: datetime) -> str:
     """kubectl-style age: 45s, 12m, 3h, 2d."""
-    if not isinstance(timestamp, str) or not timestamp or len(timestamp) > 64:
-        return "-"
-    try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
+    then = parse_rfc3339(timestamp)
+    if then is None:
         return "-"
     seconds = max(0, int((now - then).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

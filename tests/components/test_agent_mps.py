@@ -35,8 +35,11 @@ if "-f" in sys.argv:
         "dev_shm": sorted(os.listdir("/dev/shm")),
         "pid": os.getpid(),
     }
-    with open(os.path.join(pipe, "seen-%d.json" % os.getpid()), "w") as out:
+    # Written aside and renamed: the test polls for the file and must never read half of it.
+    path = os.path.join(pipe, "seen-%d.json" % os.getpid())
+    with open(path + ".tmp", "w") as out:
         json.dump(seen, out)
+    os.rename(path + ".tmp", path)
     while not os.path.exists(os.path.join(pipe, "quit")):
         time.sleep(0.05)
 else:
@@ -69,23 +72,33 @@ def wait(what: str, probe: object, timeout_s: float = 30) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class Supervised:
+    """A supervisor running in its thread, with the labels it set, until ``stop``."""
+
+    def __init__(self, root: Path, restart_s: float) -> None:
+        self.labels: list[bool] = []
+        self.supervisor = MpsSupervisor(
+            mps.MpsPaths(str(root)), label=self.labels.append, restart_s=restart_s
+        )
+        self.supervisor.prepare()
+        (Path(self.supervisor.paths.shm) / "marker").write_text("shared with the clients")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.supervisor.run, args=(self._stop, 0.05))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive()
+
+
 @pytest.fixture
 def supervised(fake_binary: Path, tmp_path: Path) -> Iterator[tuple[MpsSupervisor, list[bool]]]:
-    labels: list[bool] = []
-    supervisor = MpsSupervisor(
-        mps.MpsPaths(str(tmp_path / "mps")), label=labels.append, restart_s=0.1
-    )
-    supervisor.prepare()
-    (Path(supervisor.paths.shm) / "marker").write_text("shared with the clients")
-    stop = threading.Event()
-    thread = threading.Thread(target=supervisor.run, args=(stop, 0.05))
-    thread.start()
+    run = Supervised(tmp_path / "mps", restart_s=0.1)
     try:
-        yield supervisor, labels
+        yield run.supervisor, run.labels
     finally:
-        stop.set()
-        thread.join(timeout=30)
-        assert not thread.is_alive()
+        run.stop()
 
 
 def test_the_daemon_sees_the_nodes_shm_as_its_dev_shm_and_the_node_is_labelled(
@@ -118,18 +131,12 @@ def test_a_dead_daemon_unlabels_the_node_and_is_restarted(
 def test_shutdown_asks_the_daemon_to_quit_and_drops_the_label(
     fake_binary: Path, tmp_path: Path
 ) -> None:
-    labels: list[bool] = []
-    supervisor = MpsSupervisor(mps.MpsPaths(str(tmp_path / "mps")), label=labels.append)
-    supervisor.prepare()
-    stop = threading.Event()
-    thread = threading.Thread(target=supervisor.run, args=(stop, 0.05))
-    thread.start()
-    wait("the label", lambda: labels == [True])
-    stop.set()
-    thread.join(timeout=30)
-    assert labels == [True, False]
-    assert (Path(supervisor.paths.pipe) / "quit").exists(), "asked through the control client"
-    assert not supervisor.running()
+    run = Supervised(tmp_path / "mps", restart_s=5.0)
+    wait("the label", lambda: run.labels == [True])
+    run.stop()
+    assert run.labels == [True, False]
+    assert (Path(run.supervisor.paths.pipe) / "quit").exists(), "asked through the control client"
+    assert not run.supervisor.running()
 
 
 def test_a_node_without_the_control_binary_is_told_so(tmp_path: Path) -> None:

@@ -1,0 +1,38 @@
+"""A control plane of a module's own, with one GPU node and no device plugin.
+
+For the tests whose node must be driven by RLix's DRA devices (so the session's
+whole-GPU nodes keep their meaning for every other test). Named under the e2e
+prefix, so a session killed before its teardown is reaped by the next.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rlix.devcluster import manifests, processes
+from rlix.devcluster.cluster import ClusterOptions, DevCluster, default_workdir
+from rlix.devcluster.toolchain import bin_dir
+
+
+@contextmanager
+def gpu_node_cluster(tag: str, node: str, *, gpus: int, gpu_mib: int) -> Iterator[DevCluster]:
+    """``rlix-e2e-<tag>-<pid>`` up with ``node`` Ready; torn down after."""
+    options = ClusterOptions(
+        name=f"rlix-e2e-{tag}-{os.getpid()}",
+        nodes=0,
+        extender_port=processes.free_port(),
+        workdir=default_workdir(),
+    )
+    cluster = DevCluster(options, bin_dir())
+    try:
+        cluster.up()
+        spec = manifests.GPUNodeSpec(
+            name=node, gpus=gpus, gpu_memory_mib=gpu_mib, device_plugin=False
+        )
+        cluster.apply([manifests.gpu_node(spec)])
+        cluster.kubectl("wait", "--for=condition=Ready", f"node/{node}", "--timeout=120s")
+        yield cluster
+    finally:
+        cluster.down()
