@@ -23,10 +23,16 @@ from rlix.devcluster import processes
 from tests.components.pod_processes import close_process, spawn_in_pod
 from tests.support.agent_fakes import AgentProcess
 
-# Reports usage from each stdin line: "<MiB>" on GPU 0, answered with "ok".
+# Reports usage from each stdin line: "<MiB>" on GPU 0, answered with "ok". It
+# waits for the agent first: a report made before the connection is dropped,
+# which CI saw under load (no usage, so no overrun).
 USER = """
-import sys, rlix
+import sys, time, rlix
 sys.stdin.readline()
+deadline = time.monotonic() + 60
+while not rlix.agent_connected() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("connected" if rlix.agent_connected() else "not connected", flush=True)
 for line in sys.stdin:
     rlix.report_usage(gpu=0, memory_mib=int(line), utilization=0.5)
     print("ok", flush=True)
@@ -95,6 +101,8 @@ def test_a_pod_over_its_declared_memory_gets_an_event_and_a_metric_until_it_is_b
     uid = get_json(cluster, "pod", "greedy", "-n", namespace)["metadata"]["uid"]
     user = spawn_in_pod(agent, USER, uid=uid)
     try:
+        assert user.stdout is not None
+        assert user.stdout.readline().strip() == "connected", agent.log_text()
 
         def use(mib: int) -> None:
             assert user.stdin is not None and user.stdout is not None
