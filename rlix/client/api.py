@@ -141,12 +141,14 @@ def cap_torch_memory(device: Any = None) -> float | None:
 
 
 def active_replicas(*, timeout_s: float = 5.0) -> ActiveReplicas | None:
-    """Which replicas of this job's elastic rollout role run now.
+    """Which replicas of this job's rollout role (its elastic one) run now.
 
     ``ActiveReplicas(role, replicas, min_replicas, active, suspended)``, the
     indices as in the pod names (``<job>-<role>-<index>``). Route rollout work
-    only to ``active``. None without an agent, when the job declares no
-    elastic role, or before the conductor has said (treat it as "all").
+    only to ``active``; with none active (the whole rollout parked for a
+    higher-priority job), wait at safe points until one is back. None without
+    an agent, when the job has no rollout role, or before the conductor has
+    said (treat it as "all").
     """
     link = _get().link
     if link is None:

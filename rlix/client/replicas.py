@@ -1,8 +1,9 @@
-"""Which replicas of this job's elastic rollout role run: asked of the node agent.
+"""Which replicas of this job's rollout role run: asked of the node agent.
 
 The conductor may suspend an elastic job's rollout replicas above its
 ``minReplicas`` in place (their pods stay; their memory is parked) and resume
-them later (docs/conductor.md, "Elastic rollout"). It writes which replicas
+them later (docs/conductor.md, "Elastic rollout"); it parks a job's whole
+rollout for a higher-priority job. It writes which replicas
 run on every pod of the job; the node agent on this pod's node hands that to
 the pod's processes over its socket. A trainer asks here, or subscribes, and
 routes rollout requests only to active replicas: a replica the conductor asks

@@ -162,6 +162,62 @@ class ClusterSnapshot:
         return replace(self, workloads=(*kept, workload))
 
     def without(self, names: Iterable[str]) -> ClusterSnapshot:
-        """A what-if copy with the named workloads removed (preemption trials)."""
+        """A what-if copy with the named workloads removed (preemption trials).
+
+        What they run on their GPUs comes off the agents' measurements too
+        (``_unmeasured``).
+        """
         drop = set(names)
-        return replace(self, workloads=tuple(w for w in self.workloads if w.name not in drop))
+        leaving = [w for w in self.workloads if w.name in drop]
+        return replace(
+            self,
+            nodes=_unmeasured(self.nodes, leaving),
+            workloads=tuple(w for w in self.workloads if w.name not in drop),
+        )
+
+    def parking(self, names: Iterable[str]) -> ClusterSnapshot:
+        """A what-if copy with the named workloads suspended: their memory parked
+        off their GPUs (and off the agents' measurements, ``_unmeasured``)."""
+        park = set(names)
+        going = [w for w in self.workloads if w.name in park and not w.suspended]
+        return replace(
+            self,
+            nodes=_unmeasured(self.nodes, going),
+            workloads=tuple(
+                replace(w, suspended=True) if w.name in park else w for w in self.workloads
+            ),
+        )
+
+
+def _unmeasured(nodes: Mapping[str, Node], leaving: Iterable[Workload]) -> Mapping[str, Node]:
+    """``nodes`` as their agents would measure them once ``leaving`` is off its GPUs.
+
+    What an agent measured in use (``GPU.used_mib``) is a floor for what a GPU
+    owes, because memory used outside any known pod is still taken. The
+    measurement includes the running workloads themselves, so a trial that
+    removes or parks one must take its memory off the measurement as well:
+    otherwise the floor keeps a victim's memory taken after the victim is gone,
+    and no trial could ever free a GPU a live agent reports on. A suspended
+    workload's memory is already off the GPU, and a workload whose GPUs are not
+    known cannot be taken off any.
+    """
+    less: dict[tuple[str, int], int] = {}
+    for w in leaving:
+        if w.suspended or w.node is None or w.node not in nodes:
+            continue
+        for index in w.gpu_indices:
+            key = (w.node, index)
+            less[key] = less.get(key, 0) + w.memory_in(w.phase)
+    if not less:
+        return nodes
+    out = dict(nodes)
+    for name in {node for node, _ in less}:
+        node = nodes[name]
+        if not any(g.used_mib for g in node.gpus):
+            continue
+        gpus = tuple(
+            replace(g, used_mib=max(g.used_mib - less.get((name, g.index), 0), 0))
+            for g in node.gpus
+        )
+        out[name] = replace(node, gpus=gpus)
+    return out

@@ -42,10 +42,11 @@ ANNOTATION_AGENT_HEARTBEAT: Final = f"{GROUP}/agent-heartbeat"
 # desired state on the job's pods, or refuses it with an event and condition.
 ANNOTATION_REQUEST: Final = f"{GROUP}/suspension-request"
 
-# On every pod of a job with an elastic rollout role: which of its replicas
-# run (JSON, ActiveReplicas.to_json), written by the conductor; the node agent
-# hands it to the pod's processes (the client's ``rlix.active_replicas()``), so
-# the trainer routes work only to replicas that are not parked.
+# On every pod of a job with a rollout role (its elastic one, if declared):
+# which of its replicas run (JSON, ActiveReplicas.to_json), written by the
+# conductor; the node agent hands it to the pod's processes (the client's
+# ``rlix.active_replicas()``), so the trainer routes work only to replicas that
+# are not parked, and waits while none is.
 ANNOTATION_ACTIVE_REPLICAS: Final = f"{GROUP}/active-replicas"
 
 # RLJob condition type: True while some pod of the job is suspended (or being
@@ -274,7 +275,11 @@ class PodSuspension:
 
 @dataclass(frozen=True, slots=True)
 class ActiveReplicas:
-    """Which replicas of a job's elastic role run now (indices, as in the pod names)."""
+    """Which replicas of a job's rollout role run now (indices, as in the pod names).
+
+    ``min_replicas`` is the elastic role's minimum; for a role that is not
+    elastic it equals ``replicas`` (nothing is lent, the role parks whole).
+    """
 
     role: str
     replicas: int

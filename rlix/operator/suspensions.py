@@ -17,7 +17,7 @@ from rlix.core import names
 from rlix.core.policy.admission import GangRequest
 from rlix.core.policy.conduct import Action, ConductConfig, ElasticRollout, JobClock, decide
 from rlix.core.policy.port import PlacementPolicy
-from rlix.core.rljob import RLJob
+from rlix.core.rljob import RLJob, RoleKind
 from rlix.core.snapshot import ClusterSnapshot
 from rlix.core.suspension import (
     AGENT_STALE_S,
@@ -78,6 +78,12 @@ def conduct_snapshot(
     pods that do not say it themselves: with whole ``nvidia.com/gpu`` nothing
     on the pod names its GPUs (a DRA claim's allocation would), and the
     conductor needs them to know who shares a GPU with whom.
+
+    A pod asked to park whose agent has not yet done it still shows in its
+    GPUs' measured use; ``ClusterSnapshot.parking`` takes it off, as it will be
+    off once the agent acts. Counted as parked but measured as resident, the
+    memory would be taken twice, and the next pass would park a second victim
+    for a job the first one already made room for.
     """
     bodies = list(pods)
     parked = {pod_key(b) for b in bodies if suspension_of(b).suspended}
@@ -88,8 +94,8 @@ def conduct_snapshot(
         w = read
         if not w.gpu_indices and w.name in planned:
             w = replace(w, gpu_indices=planned[w.name])
-        workloads.append(replace(w, suspended=True) if w.name in parked else w)
-    return replace(snapshot, workloads=tuple(workloads))
+        workloads.append(w)
+    return replace(snapshot, workloads=tuple(workloads)).parking(parked)
 
 
 def job_clocks(pods: Iterable[Body], job_of: Mapping[str, str]) -> dict[str, JobClock]:
@@ -160,11 +166,25 @@ def elastic_rollout(job: RLJob) -> ElasticRollout | None:
 
 
 def active_replicas(job: RLJob, pods: Iterable[Body]) -> ActiveReplicas | None:
-    """Which replicas of the job's elastic role run, from its pods' suspension state.
+    """Which replicas of the job's rollout role run, from its pods' suspension state.
 
+    The elastic role where the job declares one, else its (first) rollout
+    role with ``min_replicas`` = ``replicas``: nothing of it is lent, but when
+    the conductor parks the whole rollout for a higher-priority job the
+    trainer learns it has no replica to send work to and waits, instead of
+    sending requests nobody serves. None when the job has no rollout role.
     A replica whose pod does not exist (yet) or has finished is in neither list.
     """
     rollout = elastic_rollout(job)
+    if rollout is None:
+        rollout = next(
+            (
+                ElasticRollout(role=r.name, min_replicas=r.replicas)
+                for r in job.spec.roles
+                if r.kind is RoleKind.ROLLOUT
+            ),
+            None,
+        )
     role = job.spec.role(rollout.role) if rollout is not None else None
     if rollout is None or role is None:
         return None

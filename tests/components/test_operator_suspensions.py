@@ -51,6 +51,17 @@ def test_asked_suspensions_count_as_parked_and_gpus_come_from_admission() -> Non
     assert by_name["default/a"].gpu_indices == (3,) and by_name["default/b"].gpu_indices == (4,)
 
 
+def test_memory_asked_away_leaves_the_measurement_before_the_agent_parks_it() -> None:
+    # The agent still measures a's 1000 MiB on GPU 3 (it has not parked yet) and
+    # b's on GPU 4 (b runs on); 300 MiB on each is nobody's we know.
+    asked = DesiredSuspension(1, State.SUSPENDED, "Priority", since="2026-01-01T11:00:00Z")
+    pods = [_pod("a", **{ANNOTATION_DESIRED: asked.to_json()}), _pod("b")]
+    n1 = node("n1").gpus(8).used(0, 0, 0, 1300, 1300).build()
+    snap = conduct_snapshot([node_object(n1)], pods, {"default/a": (3,), "default/b": (4,)})
+    used = {g.index: g.used_mib for g in snap.nodes["n1"].gpus}
+    assert (used[3], used[4]) == (300, 1300)
+
+
 def test_job_clocks_come_from_the_pods_own_stamps() -> None:
     parked = DesiredSuspension(1, State.SUSPENDED, "Priority", since="2026-01-01T11:00:00Z")
     back = DesiredSuspension(2, State.RUNNING, "MemoryFree", since="2026-01-01T11:30:00Z")
@@ -112,4 +123,12 @@ def test_the_active_replicas_of_an_elastic_job_follow_its_pods_suspension_state(
     rollout = elastic_rollout(job)
     assert rollout is not None and (rollout.role, rollout.min_replicas) == ("gen", 1)
     assert active_replicas(job, pods) == ActiveReplicas("gen", 3, 1, (0,), (1, 2))
-    assert active_replicas(_elastic_job(None), pods) is None, "not elastic: nothing said"
+    # Not elastic: none of it is lent, but the trainer still learns when the
+    # whole rollout is parked for another job.
+    assert active_replicas(_elastic_job(None), pods) == ActiveReplicas("gen", 3, 3, (0,), (1, 2))
+    trainer_only = RLJob.model_validate(
+        {"metadata": {"name": "t", "namespace": "default"}, "spec": {"roles": [
+            {"name": "policy", "kind": "trainer", "image": "x", "gpuMemoryMiB": {"training": 1}}
+        ]}}
+    )  # fmt: skip
+    assert active_replicas(trainer_only, pods) is None, "no rollout role: nothing said"

@@ -16,7 +16,7 @@ from rlix.core.policy.admission import GangRequest, place_gang
 from rlix.core.policy.conduct import JobClock, Kind, decide
 from rlix.core.policy.placement.loads import node_load
 from rlix.core.policy.rlix_policy import RLixPolicy
-from rlix.core.snapshot import ClusterSnapshot, Workload
+from rlix.core.snapshot import GPU, ClusterSnapshot, Workload
 from rlix.core.suspension import Reason
 from tests.builders.placement import cluster, node, pod
 
@@ -83,3 +83,35 @@ def test_the_parked_rollout_waits_while_the_job_runs_and_comes_back_after() -> N
     assert [(a.kind, a.job, a.reason) for a in actions] == [
         (Kind.RESUME, "default/low", Reason.MEMORY_FREE)
     ]
+
+
+def measured(snap: ClusterSnapshot, used_mib: int) -> ClusterSnapshot:
+    """``snap`` with n1's agent reporting ``used_mib`` in use on its GPU."""
+    n1 = snap.nodes["n1"]
+    gpus = (GPU(index=0, memory_mib=MIB, used_mib=used_mib),)
+    return replace(snap, nodes={"n1": replace(n1, gpus=gpus)})
+
+
+def test_a_live_agents_measurement_of_the_victim_does_not_keep_its_memory_taken() -> None:
+    # The agent measures the running rollout's 60000 MiB; parking it takes that
+    # off the GPU, so the trial must not keep it as unexplained use (the demo's
+    # urgent job waited, parking nothing, until this was so).
+    snap = measured(snapshot(LOW, overcommit=1.5), 60000)
+    actions = decide(snap, [WAITING], POLICY, clocks={}, now=0.0)
+    assert [(a.kind, a.job, a.reason) for a in actions] == [
+        (Kind.SUSPEND, "default/low", Reason.PRIORITY)
+    ]
+    # Memory nobody known explains stays taken: 60000 of it unexplained leaves
+    # no room for the 50000 MiB job whatever is parked.
+    other = measured(snapshot(LOW, overcommit=1.5), 120000)
+    assert decide(other, [WAITING], POLICY, clocks={}, now=0.0) == ()
+
+
+def test_trials_take_leaving_and_parked_memory_off_the_measurement() -> None:
+    snap = measured(snapshot(LOW, overcommit=1.5), 65000)
+    for trial in (snap.without([LOW.name]), snap.parking([LOW.name])):
+        assert trial.nodes["n1"].gpus[0].used_mib == 5000
+    assert snap.parking([LOW.name]).on_node("n1")[0].suspended
+    # Already parked: its memory is not on the GPU, nothing comes off.
+    parked = measured(snapshot(PARKED, overcommit=1.5), 5000)
+    assert parked.without([LOW.name]).nodes["n1"].gpus[0].used_mib == 5000

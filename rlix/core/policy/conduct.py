@@ -235,12 +235,7 @@ def _protect(
 
 
 def _park(trial: ClusterSnapshot, job: str) -> ClusterSnapshot:
-    return replace(
-        trial,
-        workloads=tuple(
-            replace(w, suspended=True) if _parkable(w, (job,)) else w for w in trial.workloads
-        ),
-    )
+    return trial.parking(w.name for w in trial.workloads if _parkable(w, (job,)))
 
 
 def _gpu_memory(trial: ClusterSnapshot, node: str, index: int) -> int:
@@ -391,13 +386,7 @@ def _admit_by_priority(
                     )
                 )
             lent_pods = {p for pods in loans.values() for p in pods}
-            trial = replace(
-                trial,
-                workloads=tuple(
-                    replace(w, suspended=True) if w.name in lent_pods else w
-                    for w in trial.workloads
-                ),
-            )
+            trial = trial.parking(lent_pods)
             for placement in admission.placements:
                 pod = next(p for p in request.pods if p.name == placement.pod)
                 trial = trial.with_workload(bind(pod, placement))
