@@ -488,6 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         control_pod_uid=args.control_pod_uid,
         metrics=metrics,
     )
+    preemption.on_memory_moved = server.publish_gpus
     server.bind()
     if args.metrics_port:
         metrics.serve(args.metrics_port, args.metrics_host)

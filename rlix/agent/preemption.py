@@ -79,6 +79,13 @@ class Preemption:
         # it has no "relocated" record yet, and must not be reconciled away.
         self._relocating: set[tuple[str, int]] = set()
         self._suspending: set[str] = set()  # pod uids with a suspend in flight
+        # Called when memory left or came back to the GPUs (the server publishes
+        # the node's GPU state then). The conductor reads a GPU's measured use
+        # as a floor for what it owes; published only every --publish-interval,
+        # a parked pod's memory would look taken for up to that long after it
+        # left, and the conductor would park a second victim for a job the
+        # first one already made room for.
+        self.on_memory_moved: Callable[[], None] = lambda: None
         self.suspended, self.load_problems = store.load_all()
         for pod in self.suspended.values():
             backend.set_parked(frozenset(pod.processes), True)
@@ -521,6 +528,7 @@ class Preemption:
             rec.processes[conn.pid] = manifest
             self._store.save(rec)
         self._backend.set_parked(frozenset({conn.pid}), True)
+        self.on_memory_moved()  # first: the pod reads as parked only after its GPUs do
         if pod.namespace:
             self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_SUSPENDED: "true"})
 
@@ -658,6 +666,7 @@ class Preemption:
         # Parked copies go only after the record no longer points at them.
         self._free_copies(rec.uid, self._forget(rec, resumed))
         self._backend.set_parked(frozenset(resumed), False)
+        self.on_memory_moved()
         if not rec.processes and rec.namespace:
             self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: None})
 

@@ -69,6 +69,10 @@ class AgentServer:
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
         self._last_gpu_doc: str | None = None
+        # The publish loop and suspend/resume (Preemption.on_memory_moved) both
+        # publish: read and submit under one lock, or an older reading could be
+        # submitted after a newer one and stay published.
+        self._gpu_doc_lock = threading.Lock()
         self.metrics = metrics or AgentMetrics(node_name)
         # Each pod's elastic roster, filled by the conducting loop (None: no API server).
         self.rosters = rosters or Rosters()
@@ -106,10 +110,11 @@ class AgentServer:
 
     def publish_gpus(self) -> None:
         """Publish the node's GPU state if it changed since the last publication."""
-        doc = json.dumps(gpu_annotation_doc(self._backend.gpus()), separators=(",", ":"))
-        if doc != self._last_gpu_doc:
-            self._last_gpu_doc = doc
-            self._publisher.node(self._node, {ANNOTATION_NODE_GPUS: doc})
+        with self._gpu_doc_lock:
+            doc = json.dumps(gpu_annotation_doc(self._backend.gpus()), separators=(",", ":"))
+            if doc != self._last_gpu_doc:
+                self._last_gpu_doc = doc
+                self._publisher.node(self._node, {ANNOTATION_NODE_GPUS: doc})
 
     def publish_loop(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
@@ -240,7 +245,7 @@ class AgentServer:
                 result = self._timed_resume(uid, reason)
         except proto.ProtocolError as exc:
             raise proto.ProtocolError(exc.code, exc.message, msg_id=req.id) from None
-        self.publish_gpus()
+        # The node's GPU state was published as the memory moved (on_memory_moved).
         return proto.encode_reply(req.id, **result)
 
     def _timed_suspend(

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from rlix.core import agent_protocol as proto
+from rlix.core.names import ANNOTATION_NODE_GPUS
 from tests.components.pod_processes import (
     POD,
     UID,
@@ -329,3 +330,32 @@ def test_park_files_without_an_owner_are_freed_at_start_and_while_running(
     assert agent.control(proto.OP_RESUME_POD, pod_uid=UID).ok
     assert trainer.ask("digest")["digest"] == before
     assert not (agent.park_dir / UID).exists()
+
+
+def test_the_node_state_is_published_when_memory_moves_not_only_on_the_interval(
+    tmp_path: Path,
+) -> None:
+    # The conductor reads a GPU's published use as a floor for what it owes: a
+    # parked pod's memory must leave it when it leaves the GPU, not up to one
+    # publish interval later (here an hour), or a second victim gets parked.
+    slow = AgentProcess(
+        tmp_path, pods={UID: POD}, suspend_timeout_s=10.0, extra_args=("--publish-interval=3600",)
+    )
+    with slow, connected_trainer(slow) as trainer:
+
+        def published_used(gpu: int) -> int:
+            raw = slow.published().get(("node", slow.node), {}).get(ANNOTATION_NODE_GPUS)
+            return int(json.loads(raw)[gpu]["usedMiB"]) if raw else -1
+
+        assert published_used(1) == 0  # the publication at start
+        assert slow.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="gpu:1").ok
+        deadline = time.monotonic() + 10
+        while published_used(1) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert published_used(1) >= 1, slow.log_text()  # the copy on GPU 1, published
+        assert slow.control(proto.OP_RESUME_POD, pod_uid=UID).ok
+        deadline = time.monotonic() + 10
+        while published_used(1) != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert published_used(1) == 0, slow.log_text()
+        assert trainer.ask("digest")["digest"] == trainer.ready["digest"]
