@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import socket
 import threading
+import time
 from typing import Any
 
 
@@ -37,9 +39,19 @@ class Wiretap:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def phases(self, timeout: float = 60.0) -> list[str]:
-        """The phases the client reported, once it has closed its connection."""
+        """The phases the client reported, once it has closed its connection.
+
+        A client that connected, sent and closed before the accept thread ran
+        still sits in the listen backlog, counted nowhere: wait until the
+        backlog is empty (the accept thread counts a connection as it takes
+        it), then until every counted connection was read to its end.
+        """
+        deadline = time.monotonic() + timeout
+        while select.select([self._server], [], [], 0)[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
         with self._lock:
-            if not self._lock.wait_for(lambda: self._open == 0, timeout):
+            left = max(deadline - time.monotonic(), 0.0)
+            if not self._lock.wait_for(lambda: self._open == 0, left):
                 raise TimeoutError(
                     "the client still holds its connection to the wiretap: "
                     "call rlix.configure(None) before reading the phases"
@@ -49,15 +61,18 @@ class Wiretap:
     def _accept(self) -> None:
         while True:
             client, _ = self._server.accept()
+            with self._lock:
+                self._open += 1  # before anything else: phases() must wait for it
             agent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 agent.connect(self.upstream)
             except OSError:
                 client.close()  # the client reconnects with backoff
                 agent.close()
+                with self._lock:
+                    self._open -= 1
+                    self._lock.notify_all()
                 continue
-            with self._lock:
-                self._open += 1
             threading.Thread(target=self._pump, args=(client, agent, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(agent, client, False), daemon=True).start()
 
