@@ -116,7 +116,7 @@ demo-compare: venv toolchain ## The demo's jobs twice on one cluster, exclusive 
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(VENV)/bin/rlix demo --compare --out docs/demo-compare
 
 .PHONY: demo
-demo: venv toolchain ## The one-command demo: local cluster, all of RLix, six RL jobs, a summary (KUBECONFIG=... for an existing cluster)
+demo: venv toolchain ## The one-command demo: local cluster, all of RLix, eight RL jobs, a summary (KUBECONFIG=... for an existing cluster)
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(VENV)/bin/rlix demo $(if $(KUBECONFIG),--kubeconfig $(KUBECONFIG))
 
 .PHONY: bench

@@ -2,9 +2,10 @@
 
 The demo starts its own cluster beside the session's (a name unique to the
 test, so two sessions on one machine cannot tear down each other's), runs
-the operator, extender, rlix-scheduler and one node agent per node, submits six
-RLJobs that ask more GPUs than the cluster has, and runs a trainer process per
-role pod through the real client library. It must finish every job.
+the operator, extender, rlix-scheduler and one node agent per node, submits seven
+RLJobs that ask more GPUs than the cluster has and an urgent one later, and runs a
+trainer process per role pod through the real client library. It must finish every
+job, park a rollout in place for the urgent one, and bring it back.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def test_demo_completes_with_summary(tmp_path: Path) -> None:
     assert 0 <= summary["gpus_shared"] <= 32  # read from the claims' allocations
     assert "GPUs shared" in result.stdout
     assert "RLix demo summary" in result.stdout
+    # The urgent job arrives while no four GPUs of a node are free: a
+    # lower-priority rollout is parked in place for it (the pod kept), and
+    # every pod parked comes back before its job ends (its trainer waits).
+    assert summary["preemptions"] >= 1, result.stderr[-5000:]
+    assert summary["resumed"] == summary["preemptions"], result.stderr[-5000:]
+    assert "parked in place for urgent-eval (Priority)" in result.stderr
     # Jobs had to queue: more GPUs were asked for than the cluster has.
     assert sum(j.gpus for j in jobs) > 32
     assert "Queued=" in result.stderr

@@ -17,15 +17,17 @@ Run RLix end to end on this machine, with no external cluster, Docker or GPU:
   2. the RLJob CRD, the extender and the operator,
   3. one node agent per node with the simulated GPU backend, publishing each
      GPU as a shareable gpu.rlix.io device at 1.5x its memory,
-  4. a mix of six RLJobs (GRPO, PPO, a verl-style colocated job, an agentic
-     long-tail job, two small lab jobs) asking 42 GPUs of a 32-GPU cluster,
-     then an urgent high-priority 4-GPU job arriving at 15 s,
+  4. a mix of seven RLJobs (GRPO, PPO, a verl-style colocated job, an agentic
+     long-tail job, three small lab jobs) asking 46 GPUs of a 32-GPU cluster,
+     then an urgent high-priority 4-GPU job arriving at 15 s, when no four GPUs
+     of a node are free: the conductor parks a lower-priority rollout in place
+     for it and resumes it when the urgent job is done,
   5. a simulated trainer process per role pod that reports phases and obeys
      suspend/resume through the real client library.
 
 It prints progress every 2 seconds and ends with a summary table (jobs done,
-GPU idle %, preemptions, GPUs shared). The cluster is deleted at the end unless
---keep.
+GPU idle %, preemptions and how many were resumed, GPUs shared). The cluster is
+deleted at the end unless --keep.
 
 With --compare it runs the same jobs twice on one cluster: first as plain pods
 on whole GPUs through kube-scheduler's default profile (no RLix), then with
@@ -63,7 +65,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        help="run only the first N jobs of the mix (a shorter demo; default: all seven)",
+        help="run only the first N jobs of the mix (a shorter demo; default: all eight)",
     )
     p.add_argument(
         "--out",

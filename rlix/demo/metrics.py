@@ -15,6 +15,8 @@ suspended. docs/demo.md states the same definitions for users.
   in which some job was waiting; 0 when no job ever waited.
 * ``gpus_shared``: GPUs that pods of two or more jobs held at the same time.
 * ``preemptions``: pods ever suspended in place.
+* ``resumed``: of those, pods seen running again after their last suspension
+  (a suspension still open when the run ends is not counted as resumed).
 """
 
 from __future__ import annotations
@@ -173,6 +175,7 @@ def compute(run: RunRecord) -> dict[str, float | int | None]:
         ),
         "gpus_shared": gpus_shared(run),
         "preemptions": sum(1 for p in run.pods.values() if p.suspended),
+        "resumed": sum(1 for p in run.pods.values() if p.suspended and p.resumed),
     }
 
 
@@ -183,6 +186,7 @@ ROWS = (
     ("fragmentation_pct", "fragmentation (%)"),
     ("gpus_shared", "GPUs shared"),
     ("preemptions", "preemptions"),
+    ("resumed", "resumed in place"),
     ("jobs_succeeded", "jobs succeeded"),
     ("window_s", "window (s)"),
 )

@@ -47,6 +47,8 @@ class PodRecord:
     suspended: bool = False
     # [from, until] while the pod was seen suspended; until None while it still is.
     suspended_spans: list[list[float | None]] = field(default_factory=list)
+    # Seen running again after its last suspension (not merely closed by the run's end).
+    resumed: bool = False
 
 
 @dataclass
@@ -103,9 +105,11 @@ class RunRecord:
             open_span = rec.suspended_spans and rec.suspended_spans[-1][1] is None
             if is_suspended and not open_span:
                 rec.suspended = True
+                rec.resumed = False
                 rec.suspended_spans.append([now, None])
             elif not is_suspended and open_span:
                 rec.suspended_spans[-1][1] = now
+                rec.resumed = True
             gone = status.get("phase") in _FINISHED or meta.get("deletionTimestamp")
             if gone and rec.bound_at is not None and rec.ended_at is None:
                 rec.ended_at = now

@@ -18,6 +18,7 @@ import yaml
 from rlix.core import names
 from rlix.core.crdgen import rljob_crd
 from rlix.core.objects import ObjectError, read_pod
+from rlix.core.suspension import PodSuspension
 from rlix.demo import exclusive, metrics
 from rlix.demo.components import Components
 from rlix.demo.pods import PodRuntime
@@ -45,6 +46,7 @@ class Tally:
     started: float = field(default_factory=time.monotonic)
     idle_samples: list[float] = field(default_factory=list)  # share of idle GPUs per sample
     suspended_seen: set[str] = field(default_factory=set)  # pod uids ever suspended
+    parked_now: set[str] = field(default_factory=set)  # pod uids suspended when last seen
     finished_at: dict[str, float] = field(default_factory=dict)  # job -> seconds since start
     submitted_at: dict[str, float] = field(default_factory=dict)
 
@@ -389,8 +391,7 @@ class Demo:
                 facts = read_pod(pod)
             except ObjectError:
                 continue
-            if facts.workload.suspended:
-                self.tally.suspended_seen.add(uid)
+            self._note_suspension(pod, facts.workload.suspended)
             if (
                 uid in runtime.running
                 or uid in runtime.finished
@@ -411,6 +412,24 @@ class Demo:
         for ended, rc in runtime.exited():
             phase = "Succeeded" if rc == 0 else "Failed"
             kube.patch_pod_status(ended.namespace, ended.name, {"status": {"phase": phase}})
+
+    def _note_suspension(self, pod: dict[str, Any], suspended: bool) -> None:
+        """Say when a pod is parked in place (for whom, why) and when it comes back."""
+        meta = pod["metadata"]
+        uid, name = meta["uid"], meta["name"]
+        if suspended and uid not in self.tally.parked_now:
+            self.tally.parked_now.add(uid)
+            self.tally.suspended_seen.add(uid)
+            desired = PodSuspension.of(meta.get("annotations") or {}).desired
+            why = (
+                f" for {desired.requester.split('/', 1)[-1]} ({desired.reason})"
+                if desired is not None and desired.requester
+                else ""
+            )
+            self.log(f"    {name} parked in place{why}")
+        elif not suspended and uid in self.tally.parked_now:
+            self.tally.parked_now.discard(uid)
+            self.log(f"    {name} resumed in place")
 
     @staticmethod
     def _note_gpus(kube: Kube, meta: dict[str, Any], gpus: list[int] | None) -> None:
@@ -459,6 +478,8 @@ class Demo:
             "mean_jct_s": round(sum(jct) / len(jct), 1) if jct else None,
             "gpu_idle_pct": round(100 * sum(samples) / len(samples), 1) if samples else None,
             "preemptions": len(self.tally.suspended_seen),
+            # Of those, seen running again (none may be left parked: nothing is lost).
+            "resumed": len(self.tally.suspended_seen - self.tally.parked_now),
             # GPUs that pods of two or more jobs held at once (claims' allocations).
             "gpus_shared": metrics.gpus_shared(self.record),
             "iterations": sum(int((j.get("status") or {}).get("iterations") or 0) for j in jobs),
@@ -476,6 +497,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         ("mean job completion", f"{summary['mean_jct_s']} s"),
         ("GPU idle (time-averaged)", f"{summary['gpu_idle_pct']}%"),
         ("preemptions (pods suspended in place)", str(summary["preemptions"])),
+        ("resumed in place", str(summary.get("resumed", "-"))),
         ("GPUs shared (2+ jobs at once)", str(summary.get("gpus_shared", "-"))),
         ("demo wall time", f"{summary['wall_s']} s"),
     ]

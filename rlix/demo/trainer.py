@@ -6,7 +6,8 @@ its node's agent, tells the simulated GPU backend what it holds in each phase,
 and registers an offload hook over a buffer that stands in for its device
 memory, so a suspend really parks the bytes and a resume checks them.
 
-The trainer role finishes after ``--iterations``; other roles (rollout servers,
+The trainer role finishes after ``--iterations``, waiting in its rollout phase
+while its job's whole rollout is parked; other roles (rollout servers,
 reference, reward) serve until their pod is deleted.
 """
 
@@ -63,6 +64,18 @@ def _work(seconds: float) -> None:
         rlix.safe_point()
 
 
+def _await_rollout() -> None:
+    """Wait at safe points while the job's whole rollout is parked.
+
+    A real trainer's generation blocks on requests its rollout servers serve;
+    with all of them parked for a higher-priority job nobody serves them, so
+    it waits until the conductor brings one back (``rlix.active_replicas``).
+    """
+    while (roster := rlix.active_replicas()) is not None and roster.suspended and not roster.active:
+        time.sleep(0.2)
+        rlix.safe_point()
+
+
 def run(args: argparse.Namespace) -> int:
     ready = os.environ.get("RLIX_DEMO_READY")
     while ready and not Path(ready).exists():  # the orchestrator maps our pid to the pod
@@ -79,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
             with rlix.phase(phase):
                 _report(gpus, memory, phase)
                 duration = seconds.get(phase, 0.5)
+                if phase == "rollout" and args.kind == "trainer":
+                    _await_rollout()
                 if phase == "rollout":
                     # Long tail: the slowest sequence of the batch sets the length.
                     duration *= rng.lognormvariate(0.0, 0.35)

@@ -6,11 +6,13 @@ so preemption has something to decide. Memory is declared as a colocated
 stack would set it (a trainer's peak about half an 80 GiB GPU, a vLLM rollout
 at ``gpu_memory_utilization`` ~0.45), so a trainer of one job and a rollout of
 another fit on one GPU by their phases. One urgent job arrives late, while
-the others run; the agents publish memory at ``MEMORY_OVERCOMMIT`` x, so where
-it does not fit the conductor may park lower-priority rollouts in place and
-admit it into their memory (docs/conductor.md, "What parking frees"). In the
-runs so far it found room (shared GPUs leave some empty) or waited seconds for
-a job to finish: the demo's preemption count stays 0.
+the others run and no four GPUs of a node are free; the agents publish memory
+at ``MEMORY_OVERCOMMIT`` x, so the conductor parks a lower-priority rollout in
+place and the urgent job is admitted into its memory (docs/conductor.md, "What
+parking frees"); the rollout resumes, bytes intact, when the urgent job ends.
+Three lab jobs of one priority fill what the others leave: two share GPUs in
+pairs, the third takes the last empty ones (with only two lab jobs, four GPUs
+stayed empty and the urgent job was admitted there, parking nothing).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ URGENT = {"training": 70000, "weight-sync": 16000, "idle": 12000}
 
 
 def demo_jobs() -> list[DemoJob]:
-    """42 GPUs of pods for a 32-GPU cluster, then an urgent 4-GPU job at 15 s."""
+    """46 GPUs of pods for a 32-GPU cluster, then an urgent 4-GPU job at 15 s."""
     return [
         DemoJob(
             "grpo-math",
@@ -141,6 +143,15 @@ def demo_jobs() -> list[DemoJob]:
         ),
         DemoJob(
             "lab-b",
+            0,
+            4,
+            (
+                DemoRole("policy", "trainer", 1, 2, TRAIN),
+                DemoRole("rollout", "rollout", 1, 2, ROLL),
+            ),
+        ),
+        DemoJob(
+            "lab-c",
             0,
             4,
             (

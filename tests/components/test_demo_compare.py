@@ -182,7 +182,7 @@ def test_queue_order_is_priority_then_submission() -> None:
     jobs = demo_jobs()
     order = [j.name for j in exclusive.queue_order(list(reversed(jobs)))]
     assert order[:5] == ["urgent-eval", "grpo-math", "ppo-chat", "verl-colocated", "agentic-tail"]
-    assert order[5:] == ["lab-b", "lab-a"]  # equal priority: submission order kept
+    assert order[5:] == ["lab-c", "lab-b", "lab-a"]  # equal priority: submission order kept
 
 
 def _running(pod: dict[str, Any], node: str = "n0", phase: str = "Running") -> dict[str, Any]:
@@ -231,8 +231,8 @@ def test_without_matplotlib_the_png_is_skipped_and_said_why(
     ("argv", "message"),
     [
         (["--out", "x"], "--out needs --compare"),
-        (["--compare", "--jobs", "0"], "--jobs must be 1..7, got 0"),
-        (["--jobs", "8"], "--jobs must be 1..7, got 8"),
+        (["--compare", "--jobs", "0"], "--jobs must be 1..8, got 0"),
+        (["--jobs", "9"], "--jobs must be 1..8, got 9"),
     ],
 )
 def test_bad_demo_arguments_are_refused_before_anything_starts(
