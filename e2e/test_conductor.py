@@ -31,6 +31,7 @@ from rlix.core import names
 from rlix.core.suspension import (
     ANNOTATION_AGENT_HEARTBEAT,
     ANNOTATION_DESIRED,
+    ObservedSuspension,
 )
 from tests.components.pod_processes import Trainer, wait_connected
 from tests.support.agent_fakes import AgentProcess
@@ -297,6 +298,37 @@ def gpu_job(name: str, *, replicas: int, gpus: int, mib: int, priority: int = 0)
     return body
 
 
+def full_cluster_but(cluster: Any, namespace: str, free: int) -> None:
+    """Non-preemptible work ("fill", "fill2") on every GPU of the session's
+    cluster (4 nodes of 8) but ``free`` GPUs of one node."""
+    nodes, gpus = 4, 8
+    apply(cluster, namespace, gpu_job("fill", replicas=nodes - 1, gpus=gpus, mib=60000))
+    wait_for("fill Running", lambda: rljob_state(cluster, namespace, "fill") == "Running")
+    apply(cluster, namespace, gpu_job("fill2", replicas=1, gpus=gpus - free, mib=60000))
+    wait_for("fill2 Running", lambda: rljob_state(cluster, namespace, "fill2") == "Running")
+
+
+def running_at_60_gib(cluster: Any, namespace: str, job: dict[str, Any]) -> None:
+    """Apply ``job`` with every role at 60000 MiB in its phase; wait until it runs."""
+    name = job["metadata"]["name"]
+    for role in job["spec"]["roles"]:
+        role["gpuMemoryMiB"] = {next(iter(role["gpuMemoryMiB"])): 60000}
+    apply(cluster, namespace, job)
+    wait_for(f"{name} Running", lambda: rljob_state(cluster, namespace, name) == "Running")
+
+
+def parked_for_high(
+    cluster: Any, namespace: str, operator: OperatorProcess, pod: str
+) -> ObservedSuspension:
+    """A high-priority job needing one GPU arrives; ``pod``'s observed suspension
+    once it is parked for it (what the cluster and the operator saw if never)."""
+    apply(cluster, namespace, gpu_job("high", replicas=1, gpus=1, mib=70000, priority=10))
+    try:
+        return observed(cluster, namespace, pod, "Suspended")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
+
+
 def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
     cluster: Any, namespace: str, operator: OperatorProcess, agents: list[AgentProcess],
     tmp_path: Path,
@@ -308,19 +340,11 @@ def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
     (docs/conductor.md, "What parking frees"): this shows the decision and the
     parking, in place, and the victim coming back when the waiter goes.
     """
-    nodes, gpus = 4, 8
-    # Three whole nodes, then six GPUs of the fourth, of non-preemptible work.
-    apply(cluster, namespace, gpu_job("fill", replicas=nodes - 1, gpus=gpus, mib=60000))
-    wait_for("fill Running", lambda: rljob_state(cluster, namespace, "fill") == "Running")
-    apply(cluster, namespace, gpu_job("fill2", replicas=1, gpus=gpus - 2, mib=60000))
-    wait_for("fill2 Running", lambda: rljob_state(cluster, namespace, "fill2") == "Running")
+    full_cluster_but(cluster, namespace, free=2)
     # The last two GPUs: a low-priority job whose rollout ("gen") may be parked.
     low = rljob("low")
     low["spec"]["roles"][1]["name"] = "gen"
-    for role in low["spec"]["roles"]:
-        role["gpuMemoryMiB"] = {next(iter(role["gpuMemoryMiB"])): 60000}
-    apply(cluster, namespace, low)
-    wait_for("low Running", lambda: rljob_state(cluster, namespace, "low") == "Running")
+    running_at_60_gib(cluster, namespace, low)
     pod = get_json(cluster, "pod", "low-gen-0", "-n", namespace)
     uid, node = pod["metadata"]["uid"], pod["spec"]["nodeName"]
     agents.append(start_agent(cluster, node, tmp_path / "agent"))
@@ -328,11 +352,7 @@ def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
     try:
         wait_connected(agents[0], trainer.proc.pid, uid=uid)
         before = trainer.ready["digest"]
-        apply(cluster, namespace, gpu_job("high", replicas=1, gpus=1, mib=70000, priority=10))
-        try:
-            seen = observed(cluster, namespace, "low-gen-0", "Suspended")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
+        seen = parked_for_high(cluster, namespace, operator, "low-gen-0")
         desired, _, same_uid = pod_suspension(cluster, namespace, "low-gen-0")
         assert same_uid == uid, "parked in place, not deleted"
         assert desired is not None and desired.reason == "Priority"
@@ -370,17 +390,10 @@ def roster(trainer: Trainer, want: list[object]) -> None:
 def elastic_job_on_a_full_cluster(cluster: Any, namespace: str) -> dict[str, dict[str, Any]]:
     """Non-preemptible work on all but three GPUs; there, job "el" (a trainer and
     an elastic rollout of 2 replicas, minReplicas 1). Its pods by role-index."""
-    nodes, gpus = 4, 8
-    apply(cluster, namespace, gpu_job("fill", replicas=nodes - 1, gpus=gpus, mib=60000))
-    wait_for("fill Running", lambda: rljob_state(cluster, namespace, "fill") == "Running")
-    apply(cluster, namespace, gpu_job("fill2", replicas=1, gpus=gpus - 3, mib=60000))
-    wait_for("fill2 Running", lambda: rljob_state(cluster, namespace, "fill2") == "Running")
+    full_cluster_but(cluster, namespace, free=3)
     el = rljob("el")
     el["spec"]["roles"][1].update(replicas=2, elastic={"minReplicas": 1})
-    for role in el["spec"]["roles"]:
-        role["gpuMemoryMiB"] = {next(iter(role["gpuMemoryMiB"])): 60000}
-    apply(cluster, namespace, el)
-    wait_for("el Running", lambda: rljob_state(cluster, namespace, "el") == "Running")
+    running_at_60_gib(cluster, namespace, el)
     return {
         name: get_json(cluster, "pod", f"el-{name}", "-n", namespace)
         for name in ("policy-0", "rollout-0", "rollout-1")
@@ -420,11 +433,7 @@ def test_an_elastic_rollout_lends_its_extra_replica_in_place_and_the_trainer_is_
         wait_connected(agents[0], tail.proc.pid, uid=uid)
         before = tail.ready["digest"]
         roster(head, ["rollout", [0, 1], []])
-        apply(cluster, namespace, gpu_job("high", replicas=1, gpus=1, mib=70000, priority=10))
-        try:
-            seen = observed(cluster, namespace, "el-rollout-1", "Suspended")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
+        seen = parked_for_high(cluster, namespace, operator, "el-rollout-1")
         desired, _, same_uid = pod_suspension(cluster, namespace, "el-rollout-1")
         assert same_uid == uid, "lent in place, not deleted"
         assert desired is not None and desired.reason == "Lend"

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from rlix.core.objects.metadata import is_uid
 
 VENDOR: Final = "rlix.io"
 CLASS: Final = "gpu"
@@ -37,8 +38,6 @@ KIND: Final = f"{VENDOR}/{CLASS}"
 # 0.6.0 covers env-only container edits; every runtime with CDI reads it.
 CDI_VERSION: Final = "0.6.0"
 _PREFIX: Final = f"{VENDOR}-{CLASS}_"
-# A Kubernetes uid (RFC 4122 text); anything else never becomes a file name.
-_UID = re.compile(r"[0-9a-fA-F-]{1,64}")
 
 
 class CdiError(ValueError):
@@ -141,11 +140,11 @@ def prepared_claims(cdi_dir: Path) -> list[str]:
     return sorted(
         p.name[len(_PREFIX) : -len(".json")]
         for p in cdi_dir.glob(f"{_PREFIX}*.json")
-        if _UID.fullmatch(p.name[len(_PREFIX) : -len(".json")])
+        if is_uid(p.name[len(_PREFIX) : -len(".json")])
     )
 
 
 def _checked(claim_uid: str) -> str:
-    if not _UID.fullmatch(claim_uid):
+    if not is_uid(claim_uid):
         raise CdiError(f"claim uid {claim_uid!r} is not a Kubernetes uid")
     return claim_uid

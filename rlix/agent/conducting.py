@@ -97,6 +97,14 @@ class Conducting:
         self._answered: dict[str, int] = {}
         self._last_heartbeat: datetime | None = None
         self._failed_at: dict[str, datetime] = {}
+        # The last listing, for the agent's other readers of the node's pods (the
+        # overrun watch): one list call per pass serves them all. A tuple,
+        # replaced whole, so a reader on another thread sees one listing or the next.
+        self._listed: tuple[NodePod, ...] = ()
+
+    def listed(self) -> Sequence[NodePod]:
+        """The node's pods as this loop last listed them (empty before its first pass)."""
+        return self._listed
 
     def heartbeat(self) -> None:
         now = self._now()
@@ -109,7 +117,7 @@ class Conducting:
         """One look at the node's pods; returns what was reported (tests, logs)."""
         self.heartbeat()
         reported = []
-        pods = self._pods()
+        pods = self._listed = tuple(self._pods())
         if self._rosters is not None:
             self._rosters.update({p.uid: p.annotations for p in pods})
         live = {p.uid for p in pods}

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import grpc
 
@@ -44,6 +45,7 @@ DRA_SERVICE: Final = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin"
 DRA_SERVICE_VERSION: Final = "v1.DRAPlugin"  # dra/v1 types.go: what GetInfo advertises
 REGISTRATION_SERVICE: Final = "pluginregistration.Registration"
 _SUN_PATH_MAX: Final = 107  # sockaddr_un.sun_path, less its terminating NUL
+_T = TypeVar("_T")
 
 
 def registration_socket(kubelet_dir: Path) -> Path:
@@ -64,14 +66,13 @@ class DraService:
         self, request: dra_pb.NodePrepareResourcesRequest, context: Any
     ) -> dra_pb.NodePrepareResourcesResponse:
         response = dra_pb.NodePrepareResourcesResponse()
-        for claim in request.claims:
-            out = response.claims[claim.uid]
-            try:
-                devices = self._preparer.prepare(claim.namespace, claim.name, claim.uid)
-            except Exception as exc:  # one claim's failure is that claim's answer
-                log.warning("preparing claim %s/%s failed: %s", claim.namespace, claim.name, exc)
-                out.error = f"{dra.DRIVER}: {exc}"
-                continue
+        prepared = _answer_each(
+            request.claims,
+            response.claims,
+            "preparing",
+            lambda claim: self._preparer.prepare(claim.namespace, claim.name, claim.uid),
+        )
+        for out, devices in prepared:
             for device in devices:
                 pb_device = out.devices.add(
                     pool_name=device.pool,
@@ -88,14 +89,43 @@ class DraService:
         self, request: dra_pb.NodeUnprepareResourcesRequest, context: Any
     ) -> dra_pb.NodeUnprepareResourcesResponse:
         response = dra_pb.NodeUnprepareResourcesResponse()
-        for claim in request.claims:
-            out = response.claims[claim.uid]
-            try:
-                self._preparer.unprepare(claim.uid)
-            except Exception as exc:
-                log.warning("unpreparing claim uid %s failed: %s", claim.uid, exc)
-                out.error = f"{dra.DRIVER}: {exc}"
+        _answer_each(
+            request.claims,
+            response.claims,
+            "unpreparing",
+            lambda claim: self._preparer.unprepare(claim.uid),
+        )
         return response
+
+
+def _answer_each(
+    claims: Iterable[dra_pb.Claim],
+    answers: Any,
+    doing: str,
+    action: Callable[[dra_pb.Claim], _T],
+) -> list[tuple[Any, _T]]:
+    """``action`` on each claim in turn, its answer keyed by the claim's uid in
+    ``answers``; one claim's failure becomes that claim's error (the kubelet
+    retries its pod), never a failure of the others. Returns each answer that
+    succeeded with what ``action`` returned for it."""
+    done: list[tuple[Any, _T]] = []
+    for claim in claims:
+        out = answers[claim.uid]
+        try:
+            result = action(claim)
+        except Exception as exc:  # one claim's failure is that claim's answer
+            log.warning(
+                "%s claim %s/%s (uid %s) failed: %s",
+                doing,
+                claim.namespace,
+                claim.name,
+                claim.uid,
+                exc,
+            )
+            out.error = f"{dra.DRIVER}: {exc}"
+            continue
+        done.append((out, result))
+    return done
 
 
 class Registration:

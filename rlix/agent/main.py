@@ -32,6 +32,7 @@ from rlix.agent.slices import SlicePublisher, publish_slices
 from rlix.core.mps import MPS_DIR
 
 if TYPE_CHECKING:
+    from rlix.agent.conducting import Conducting, NodePod
     from rlix.agent.kubelet_plugin import KubeletPlugin
 
 DESCRIPTION = """\
@@ -283,7 +284,7 @@ def _start_conducting(
     now: Callable[[], datetime],
     *,
     rosters: Rosters,
-) -> None:
+) -> Conducting:
     """Carry out the conductor's desired suspensions for this node's pods (and
     keep their elastic rosters for the socket's ``active-replicas``)."""
     from rlix.agent.conducting import Conducting
@@ -301,6 +302,7 @@ def _start_conducting(
     )
     stop = threading.Event()
     threading.Thread(target=conducting.run, args=(stop, args.conduct_interval), daemon=True).start()
+    return conducting
 
 
 def _start_overrun_watch(
@@ -309,10 +311,16 @@ def _start_overrun_watch(
     backend: GpuBackend,
     metrics: AgentMetrics,
     stop: threading.Event,
+    *,
+    pods: Callable[[], Sequence[NodePod]],
 ) -> None:
-    """Compare what each pod holds on each GPU with its declared budget (docs/dra.md)."""
+    """Compare what each pod holds on each GPU with its declared budget (docs/dra.md).
+
+    ``pods``: the conducting loop's last listing of the node's pods, which it
+    makes every ``--conduct-interval`` anyway; the watch makes no list call.
+    """
     from rlix.agent.cgroups import CgroupError, pod_uid_of_pid
-    from rlix.agent.kube_publishing import KubeNodePods, KubeOverrunEvents
+    from rlix.agent.kube_publishing import KubeOverrunEvents
     from rlix.agent.overruns import OverrunReports, OverrunWatch
 
     def pod_of_pid(pid: int) -> str | None:
@@ -324,7 +332,7 @@ def _start_overrun_watch(
     watch = OverrunWatch(
         processes=backend.processes,
         pod_of_pid=pod_of_pid,
-        pods=KubeNodePods(api, node=args.node_name),
+        pods=pods,
         reporter=OverrunReports(
             node=args.node_name,
             events=KubeOverrunEvents(api, node=args.node_name),
@@ -516,9 +524,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mps:
         _start_mps(args, api, server.stopped)
     if api is not None:
-        _start_conducting(args, api, preemption, publisher, now, rosters=server.rosters)
+        conducting = _start_conducting(
+            args, api, preemption, publisher, now, rosters=server.rosters
+        )
         if args.overrun_interval > 0:
-            _start_overrun_watch(args, api, backend, metrics, server.stopped)
+            _start_overrun_watch(
+                args, api, backend, metrics, server.stopped, pods=conducting.listed
+            )
     plugin = _kubelet_plugin(args, api, backend) if args.kubelet_plugin else None
     server.serve_forever()
     if plugin is not None:

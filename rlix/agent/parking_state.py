@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from rlix.core.agent_protocol import Location
-
-_UID = re.compile(r"^[0-9a-f-]{1,64}$")
+from rlix.core.objects.metadata import is_uid
 
 
 class ManifestError(ValueError):
@@ -170,7 +168,7 @@ class StateStore:
         self._dir.mkdir(parents=True, exist_ok=True)
 
     def _path(self, uid: str) -> Path:
-        if not _UID.match(uid):
+        if not is_uid(uid):
             raise ValueError(f"not a pod UID: {uid!r}")
         return self._dir / f"{uid}.json"
 

@@ -6,9 +6,12 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 DESCRIPTION = """\
 Run RLix end to end on this machine, with no external cluster, Docker or GPU:
@@ -86,9 +89,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlix.demo.runner import Demo, DemoOptions, format_summary
+    from rlix.demo.runner import Demo, DemoOptions
     from rlix.demo.workload import demo_jobs
-    from rlix.devcluster.toolchain import ToolchainMissingError
 
     if args.out is not None and not args.compare:
         print("rlix demo: --out needs --compare", file=sys.stderr)
@@ -112,34 +114,40 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM (a CI timeout, `kill`) must unwind like Ctrl-C, so the finally blocks
     # stop every process the demo started instead of orphaning them.
     signal.signal(signal.SIGTERM, _interrupt)
+    demo = Demo(options, jobs=jobs)
     if args.compare:
-        return _compare(Demo(options, jobs=jobs), args)
+        return _reported(demo.compare, lambda runs: _report_compare(demo, runs, args))
+    return _reported(demo.run, lambda summary: _report_run(summary, args))
+
+
+def _reported(work: Callable[[], _T], report: Callable[[_T], int]) -> int:
+    """``report`` what ``work`` returned; the ways a demo can stop short (a
+    failed step, no toolchain, Ctrl-C or SIGTERM) become a line and an exit code."""
+    from rlix.devcluster.toolchain import ToolchainMissingError
+
     try:
-        summary = Demo(options, jobs=jobs).run()
+        done = work()
     except (RuntimeError, ToolchainMissingError) as err:
         print(f"rlix demo: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rlix demo: interrupted; everything it started was stopped", file=sys.stderr)
         return 130
+    return report(done)
+
+
+def _report_run(summary: dict[str, Any], args: argparse.Namespace) -> int:
+    from rlix.demo.runner import format_summary
+
     sys.stdout.write(format_summary(summary))
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return 0 if summary["jobs_succeeded"] == summary["jobs"] else 1
 
 
-def _compare(demo: Any, args: argparse.Namespace) -> int:
+def _report_compare(demo: Any, runs: Any, args: argparse.Namespace) -> int:
     from rlix.demo.compare import results
-    from rlix.devcluster.toolchain import ToolchainMissingError
 
-    try:
-        runs = demo.compare()
-    except (RuntimeError, ToolchainMissingError) as err:
-        print(f"rlix demo: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("rlix demo: interrupted; everything it started was stopped", file=sys.stderr)
-        return 130
     found = results(runs, args.out)
     sys.stdout.write(found.table)
     if found.png is not None:

@@ -48,8 +48,16 @@ def rank_offsets(job: RLJob) -> dict[str, int]:
     return offsets
 
 
-def peer_env(job: RLJob, role: Role, index: int, *, socket_path: str) -> list[dict[str, str]]:
-    """The env RLix gives every container of replica ``index`` of ``role``."""
+def peer_env(
+    job: RLJob, role: Role, index: int, *, socket_path: str, claimed: bool = False
+) -> list[dict[str, str]]:
+    """The env RLix gives every container of replica ``index`` of ``role``.
+
+    ``claimed``: the pod gets its GPUs through a ``gpu.rlix.io`` claim, whose CDI
+    spec sets the memory budget (what the claim consumed, per GPU) when the
+    kubelet prepares it; the env leaves it out, so there is one source, not two
+    that could disagree.
+    """
     world = sum(r.replicas for r in job.spec.roles)
     rank = rank_offsets(job)[role.name] + index
     head = pod_fqdn(job, head_role(job).name, 0)
@@ -67,7 +75,7 @@ def peer_env(job: RLJob, role: Role, index: int, *, socket_path: str) -> list[di
         names.ENV_NODE_RANK: str(rank),
     }
     peak = max(role.gpu_memory.by_phase().values(), default=0) if role.gpu_memory else 0
-    if peak:
+    if peak and not claimed:
         values[names.ENV_GPU_MEMORY_MIB] = str(peak)
     return [{"name": key, "value": values[key]} for key in names.OWNED_ENV if key in values]
 

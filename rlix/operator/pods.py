@@ -195,11 +195,7 @@ def build_pod(
     if memory is not None:
         annotations[names.ANNOTATION_GPU_MEMORY_MIB] = memory
     socket = f"{agent_socket_dir.rstrip('/')}/{names.AGENT_SOCKET_FILE}"
-    env = peer_env(job, role, index, socket_path=socket)
-    if claim is not None:
-        # The claim's CDI spec sets the budget (what the claim consumed, per GPU)
-        # when the kubelet prepares it: one source, not two that could disagree.
-        env = [e for e in env if e["name"] != names.ENV_GPU_MEMORY_MIB]
+    env = peer_env(job, role, index, socket_path=socket, claimed=claim is not None)
     spec = template.spec.body()
     spec["containers"] = [
         _with_rlix(

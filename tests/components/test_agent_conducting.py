@@ -186,3 +186,21 @@ def test_each_pass_hands_the_pods_rosters_to_the_socket() -> None:
     pods.notes[ANNOTATION_ACTIVE_REPLICAS] = roster.to_json()
     conducting.pass_once()
     assert book.of(UID) == roster
+
+
+def test_each_pass_keeps_its_listing_for_the_agents_other_readers() -> None:
+    pods = Pods()
+    conducting = loop(pods, FakeExecutor())
+    assert conducting.listed() == ()  # nothing listed yet: nothing to judge
+    pods.notes["rlix.io/gpu-memory-mib"] = '{"rollout": 1000}'
+    conducting.pass_once()
+    (pod,) = conducting.listed()
+    assert (pod.uid, pod.name, pod.annotations["rlix.io/gpu-memory-mib"]) == (
+        UID,
+        "rollout-0",
+        '{"rollout": 1000}',
+    )
+    pods.notes["rlix.io/gpu-memory-mib"] = '{"rollout": 2000}'
+    assert conducting.listed()[0].annotations["rlix.io/gpu-memory-mib"] == '{"rollout": 1000}'
+    conducting.pass_once()  # the next pass's listing replaces it
+    assert conducting.listed()[0].annotations["rlix.io/gpu-memory-mib"] == '{"rollout": 2000}'

@@ -92,6 +92,14 @@ class Supervised:
         assert not self._thread.is_alive()
 
 
+def first_daemon(supervisor: MpsSupervisor, labels: list[bool]) -> dict[str, object]:
+    """What the first daemon saw, once it runs and the node is labelled for it."""
+    wait("the daemon to start", lambda: seen(supervisor.paths))
+    wait("the label", lambda: labels == [True])
+    (first,) = seen(supervisor.paths)
+    return first
+
+
 @pytest.fixture
 def supervised(fake_binary: Path, tmp_path: Path) -> Iterator[tuple[MpsSupervisor, list[bool]]]:
     run = Supervised(tmp_path / "mps", restart_s=0.1)
@@ -105,9 +113,7 @@ def test_the_daemon_sees_the_nodes_shm_as_its_dev_shm_and_the_node_is_labelled(
     supervised: tuple[MpsSupervisor, list[bool]],
 ) -> None:
     supervisor, labels = supervised
-    wait("the daemon to start", lambda: seen(supervisor.paths))
-    wait("the label", lambda: labels == [True])
-    (first,) = seen(supervisor.paths)
+    first = first_daemon(supervisor, labels)
     assert first["argv"] == ["-f"]
     assert (first["pipe"], first["log"]) == (supervisor.paths.pipe, supervisor.paths.log)
     assert first["dev_shm"] == ["marker"], "the daemon's /dev/shm is the node's MPS shm/"
@@ -119,9 +125,7 @@ def test_a_dead_daemon_unlabels_the_node_and_is_restarted(
     supervised: tuple[MpsSupervisor, list[bool]],
 ) -> None:
     supervisor, labels = supervised
-    wait("the daemon to start", lambda: seen(supervisor.paths))
-    wait("the label", lambda: labels == [True])
-    (first,) = seen(supervisor.paths)
+    first = first_daemon(supervisor, labels)
     os.kill(int(str(first["pid"])), signal.SIGKILL)
     wait("a second daemon", lambda: len(seen(supervisor.paths)) == 2)
     wait("the label back", lambda: labels == [True, False, True])

@@ -103,9 +103,9 @@ def prepare(plugin: KubeletPlugin, *names: tuple[str, str]) -> dra_pb.NodePrepar
     )
 
 
-def unprepare(plugin: KubeletPlugin, uid: str) -> dra_pb.NodeUnprepareResourcesResponse:
+def unprepare(plugin: KubeletPlugin, *uids: str) -> dra_pb.NodeUnprepareResourcesResponse:
     request = dra_pb.NodeUnprepareResourcesRequest(
-        claims=[dra_pb.Claim(namespace="ns", name="gone", uid=uid)]
+        claims=[dra_pb.Claim(namespace="ns", name="gone", uid=uid) for uid in uids]
     )
     return call(
         plugin.dra_socket,
@@ -213,6 +213,17 @@ def test_a_claim_this_node_cannot_prepare_says_why_and_others_still_prepare(
     assert "'missing' not found" in response.claims[UID_C].error
     assert response.claims[UID_B].error == ""
     assert cdi.prepared_claims(tmp_path / "cdi") == [UID_B]
+
+
+def test_a_claim_this_node_cannot_unprepare_says_why_and_others_still_unprepare(
+    plugin: KubeletPlugin, claims: Claims, tmp_path: Path
+) -> None:
+    claims.add("a", UID_A, [result(0, 1000)])
+    prepare(plugin, ("a", UID_A))
+    response = unprepare(plugin, "../x", UID_A)
+    assert "is not a Kubernetes uid" in response.claims["../x"].error
+    assert response.claims[UID_A].error == ""
+    assert cdi.prepared_claims(tmp_path / "cdi") == []
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlix.core.objects import ObjectError, read_node, read_pod
+from rlix.core.objects.metadata import is_uid
 from rlix.core.phases import Phase
 from rlix.core.snapshot import GPU, Node, Workload
 
@@ -169,3 +170,20 @@ def test_node_reader_keeps_labels_and_the_taints_that_keep_pods_off() -> None:
     node = read_node(body).node
     assert node.labels == (("pool", "a"),)
     assert node.taints == (Taint("gpu", "x", "NoSchedule"),)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("0b3c2a9e-1111-4c1e-9a55-7f1f00000001", True),  # what the API server gives
+        ("0B3C2A9E-1111-4C1E-9A55-7F1F00000001", False),  # never generated uppercase
+        ("0b3c2a9e\n", False),  # a line end is not part of a file name
+        ("../../etc/passwd", False),
+        ("", False),
+        ("a" * 65, False),
+    ],
+)
+def test_a_uid_is_what_the_api_server_gives_and_nothing_that_names_another_path(
+    text: str, ok: bool
+) -> None:
+    assert is_uid(text) is ok

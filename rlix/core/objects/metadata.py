@@ -7,6 +7,7 @@ wrong and say so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,10 @@ from rlix.core.objects.bounds import ObjectError, describe
 from rlix.core.objects.values import NAME_MAX_CHARS
 
 EMPTY: Mapping[str, Any] = {}
+# The API server gives every object a lowercase RFC 4122 uuid as its uid (it
+# ignores one a client sets), so anything else was never a uid; the agent names
+# files by uid, and this keeps a path out of those names.
+_UID = re.compile(r"[0-9a-f-]{1,64}")
 
 
 def part(obj: object, key: str) -> Mapping[str, Any]:
@@ -54,3 +59,8 @@ def identity(obj: object, kind: str, *, namespaced: bool) -> str:
 def uid(obj: object) -> str:
     raw = part(obj, "metadata").get("uid")
     return raw if isinstance(raw, str) and len(raw) <= NAME_MAX_CHARS else ""
+
+
+def is_uid(text: str) -> bool:
+    """Whether ``text`` can be a Kubernetes object uid (safe as a file name)."""
+    return _UID.fullmatch(text) is not None

@@ -70,6 +70,14 @@ class GPULoad:
     # Published memory above physical (overcommit); 0: parked memory is owed.
     headroom_mib: int = 0
     parked_mib: int = 0  # parked residents' debts, apart from owed_mib when headroom_mib > 0
+    # Whether each resident's debt is parked memory held apart (see the module
+    # doc; parallel to residents): derived once here, since the extender's
+    # preemption trials ask it for every resident of every node they try.
+    apart: tuple[bool, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        held_apart = self.headroom_mib > 0
+        object.__setattr__(self, "apart", tuple(held_apart and r.suspended for r in self.residents))
 
     @property
     def free_mib(self) -> int:
@@ -90,21 +98,17 @@ class GPULoad:
             parked_mib=self.parked_mib,
         )
 
-    def _apart(self, resident: Workload) -> bool:
-        """Whether ``resident``'s debt is parked memory held apart (see the module doc)."""
-        return self.headroom_mib > 0 and resident.suspended
-
     def parked_without(self, names: set[str]) -> int:
         """Parked memory held apart if the named residents left."""
         return sum(
             d
-            for r, d in zip(self.residents, self.debts, strict=True)
-            if r.name not in names and self._apart(r)
+            for r, d, apart in zip(self.residents, self.debts, self.apart, strict=True)
+            if apart and r.name not in names
         )
 
     def _on_device(self) -> int:
         """What the residents that are not parked-apart owe (what the agent can measure)."""
-        return sum(d for r, d in zip(self.residents, self.debts, strict=True) if not self._apart(r))
+        return sum(d for d, apart in zip(self.debts, self.apart, strict=True) if not apart)
 
     def owed_without(self, names: set[str]) -> tuple[int, bool]:
         """(owed MiB, still has residents) if the named residents left.
@@ -114,9 +118,9 @@ class GPULoad:
         """
         kept = 0
         any_kept = False
-        for r, debt in zip(self.residents, self.debts, strict=True):
+        for r, debt, apart in zip(self.residents, self.debts, self.apart, strict=True):
             if r.name not in names:
-                kept += 0 if self._apart(r) else debt
+                kept += 0 if apart else debt
                 any_kept = True
         unexplained = max(self.measured_mib - self._on_device(), 0) if self.measured_mib else 0
         return kept + unexplained, any_kept
