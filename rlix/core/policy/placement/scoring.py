@@ -381,6 +381,19 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     return out
 
 
+def best_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> list[str]:
+    """The named nodes with the highest 0..10 score, ties kept, in the order given.
+
+    The extender's filter answers with these, so kube-scheduler ranks only the
+    nodes RLix rates best: its own score plugins then break RLix's ties (and
+    when one node is left it skips scoring altogether), and no prioritize call
+    is needed, since its score would be the same for every node it is sent.
+    """
+    scores = score_values(view, pod, node_names)
+    top = max(scores.values(), default=0)
+    return [name for name, score in scores.items() if score == top]
+
+
 def score_nodes(
     view: PlacementView, pod: Workload, node_names: Iterable[str]
 ) -> Mapping[str, NodeScore]:
