@@ -138,8 +138,8 @@ def test_rollout_pod_lands_beside_training_not_beside_rollout(
 
     With the shape preference reversed (same shape preferred), rlix-gpu-1 would
     score 6 and rlix-gpu-0 5, so the pod would land beside the rollout. The
-    extender's score (x weight 5 x 10) outweighs kube-scheduler's own plugin
-    scores, which see the four nodes as practically equal.
+    filter passes on rlix-gpu-0 alone (the best score), so kube-scheduler's
+    own plugin scores have nothing left to choose between.
     """
     apply(
         local_cluster,

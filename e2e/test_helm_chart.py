@@ -168,9 +168,9 @@ def test_install_rbac_upgrade_uninstall(
     ), "the operator's replicas elect a leader on a Lease"  # fmt: skip
 
     # Upgrade: a changed value rolls out, nothing is duplicated.
-    _helm_release(helm, "upgrade", release, namespace, "--set", "scheduler.extenderWeight=7")
+    _helm_release(helm, "upgrade", release, namespace, "--set", "scheduler.extenderTimeout=7s")
     config = get_json(local_cluster, "configmap", f"{prefix}-scheduler", "-n", namespace)
-    assert "weight: 7" in config["data"]["config.yaml"]
+    assert "httpTimeout: 7s" in config["data"]["config.yaml"]
     deploys = get_json(
         local_cluster, "deploy", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}"
     )["items"]

@@ -103,7 +103,7 @@ def helm(dev: DevCluster, *args: str, input: str | None = None, timeout_s: float
 
 
 def _values(
-    tags: dict[str, str], node: realnode.RealNode, *, extender_weight: int = 5
+    tags: dict[str, str], node: realnode.RealNode, *, extender_timeout: str = "5s"
 ) -> dict[str, Any]:
     pin = {
         "nodeSelector": {realnode.NODE_LABEL: "true"},
@@ -124,7 +124,7 @@ def _values(
     # at the cluster's version: the archive was imported under that very name.
     values["scheduler"] = {
         "image": {"pullPolicy": "Never"},
-        "extenderWeight": extender_weight,
+        "extenderTimeout": extender_timeout,
         **pin,
     }
     # The exec probe values.yaml suggests: the agent answers on its socket.
@@ -466,9 +466,9 @@ def test_helm_upgrade_changes_a_value_and_uninstall_leaves_nothing(
 ) -> None:
     ns = release
     [before] = _pods(dev, ns)["scheduler"]
-    _helm_release(dev, "upgrade", ns, _values(images, real_node, extender_weight=7))
+    _helm_release(dev, "upgrade", ns, _values(images, real_node, extender_timeout="7s"))
     config = get_json(dev, "configmap", f"{RELEASE}-rlix-scheduler", "-n", ns)
-    assert "weight: 7" in config["data"]["config.yaml"]
+    assert "httpTimeout: 7s" in config["data"]["config.yaml"]
     # The changed configuration restarted the scheduler (checksum annotation).
     after = wait_for(
         "a new scheduler pod Ready",

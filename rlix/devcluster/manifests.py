@@ -106,7 +106,10 @@ def rlix_scheduler_config(*, kubeconfig: str, extender_url: str) -> dict[str, An
     stays untouched. nodeCacheCapable sends node names only (with full Node
     objects a known regression makes resource-fit scoring see every node idle,
     kubernetes#141781), and a filter error fails the attempt (ignorable: false),
-    so pods wait rather than land where the policy never looked.
+    so pods wait rather than land where the policy never looked. No prioritize
+    verb: the filter passes on only the nodes RLix scores best (ties kept), so a
+    prioritize call would score them all alike; kube-scheduler's own plugins
+    break the tie, and with one node left it skips scoring altogether.
     """
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -122,9 +125,7 @@ def rlix_scheduler_config(*, kubeconfig: str, extender_url: str) -> dict[str, An
             {
                 "urlPrefix": extender_url.rstrip("/"),
                 "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
                 "preemptVerb": "preempt",
-                "weight": 5,
                 "enableHTTPS": False,
                 "nodeCacheCapable": True,
                 "ignorable": False,

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlix.core.dra import pod_claim_names
-from rlix.core.policy.placement import PlacementView, choose_victims, filter_nodes, score_values
+from rlix.core.policy.placement import (
+    PlacementView,
+    best_nodes,
+    choose_victims,
+    filter_nodes,
+    score_values,
+)
 from rlix.extender import wire
 from rlix.extender.objects import ObjectError, pending_workload
 
@@ -63,12 +69,20 @@ def do_filter(view: PlacementView, body: bytes) -> Answer:
         # The pod's claim pins its GPUs (the operator's admitted plan): the DRA
         # allocator judges that device's memory and has already excluded every
         # other node. A second opinion here could only veto the plan, so the
-        # extender passes the nodes it was given (docs/dra.md).
-        nodes = list(dict.fromkeys(args.node_names))
+        # extender passes the nodes it was given (docs/dra.md), narrowed only to
+        # those it scores best: never to none.
+        nodes = best_nodes(view, pod, args.node_names)
         return Answer(200, wire.filter_result(nodes, {}, {}, node_items=args.node_items), "ok")
     outcome = filter_nodes(view, pod, args.node_names)
+    # Only the nodes RLix scores best go on (ties kept): kube-scheduler's own
+    # scoring then decides among equals, and with one node left it skips
+    # scoring (and the prioritize round trip) altogether. The other fitting
+    # nodes are left out, not failed: they are not reported anywhere, and the
+    # pod is placed, so no `kubectl describe` ever lists them. When nothing
+    # fits, every node's reason goes back as before.
+    feasible = best_nodes(view, pod, outcome.feasible) if outcome.feasible else []
     result = wire.filter_result(
-        outcome.feasible, outcome.failed, outcome.unresolvable, node_items=args.node_items
+        feasible, outcome.failed, outcome.unresolvable, node_items=args.node_items
     )
     return Answer(200, result, "ok")
 

@@ -12,9 +12,10 @@ from rlix.core.names import SCHEDULER_NAME
 DESCRIPTION = f"""\
 Serve the RLix scheduler extender (filter, prioritize, preempt) for the
 '{SCHEDULER_NAME}' kube-scheduler profile. Point a KubeSchedulerConfiguration
-extender at http://HOST:PORT with filterVerb "filter", prioritizeVerb
-"prioritize", preemptVerb "preempt", nodeCacheCapable: true and
-managedResources nvidia.com/gpu (see docs/extender.md).
+extender at http://HOST:PORT with filterVerb "filter", preemptVerb "preempt",
+nodeCacheCapable: true and managedResources nvidia.com/gpu (see
+docs/extender.md). The filter answers with the nodes RLix scores best, so no
+prioritizeVerb is needed (prioritize is still served, for replay and old configs).
 
 Also serves /healthz, /readyz (ready once nodes and pods were listed),
 /metrics (Prometheus) and /debug/snapshot (the cache, for `rlix replay`).

@@ -37,7 +37,8 @@ def replay(
     """Filter and prioritize ``pod`` against a captured snapshot.
 
     Returns a JSON-able report: feasible nodes ranked best first (with each
-    score's terms), and the reason for every rejected node. ``node_names``
+    score's terms; the live filter passes on those tied for the first score),
+    and the reason for every rejected node. ``node_names``
     defaults to every node in the snapshot. Raises ``ValueError`` subclasses
     with a clear message for a bad snapshot or pod.
     """

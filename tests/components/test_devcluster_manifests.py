@@ -38,11 +38,10 @@ def test_scheduler_config_keeps_default_profile_out() -> None:
     assert ext["urlPrefix"] == "http://127.0.0.1:9"
     assert ext["nodeCacheCapable"] is True
     assert ext["ignorable"] is False
-    assert {ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"]} == {
-        "filter",
-        "prioritize",
-        "preempt",
-    }
+    assert (ext["filterVerb"], ext["preemptVerb"]) == ("filter", "preempt")
+    # The filter answers with RLix's best nodes only: a prioritize call would
+    # score them all alike and cost a round trip per pod.
+    assert "prioritizeVerb" not in ext and "weight" not in ext
 
 
 def test_free_port_is_free() -> None:

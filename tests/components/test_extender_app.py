@@ -16,6 +16,7 @@ from tests.builders.objects import extender_args, node_object, pod_object, preem
 from tests.builders.placement import ClusterBuilder, cluster, node, pod
 
 GiB = 1024
+UNRESOLVABLE = "FailedAndUnresolvableNodes"
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 
 
@@ -65,10 +66,44 @@ def test_filter_answers_with_go_field_names_and_readable_reasons(app: Any) -> No
     assert r.status_code == 200
     body = r.json()
     assert set(body) == FILTER_KEYS
-    assert body["NodeNames"] == ["train-node", "roll-node"]
+    # Both big nodes fit; only the one RLix scores best goes on (beside the
+    # training pod), and the other is left out, not failed.
+    assert body["NodeNames"] == ["train-node"]
+    assert body["FailedNodes"] == {}
     assert body["Error"] == ""
     assert "per GPU" in body["FailedAndUnresolvableNodes"]["tiny"]
     assert "not in the rlix extender's cache" in body["FailedAndUnresolvableNodes"]["ghost"]
+    assert set(body["FailedAndUnresolvableNodes"]) == {"tiny", "ghost"}
+
+
+def test_filter_keeps_every_node_tied_for_the_best_score_in_the_order_sent() -> None:
+    c = cluster().with_nodes(node("a"), node("b"), node("c").gpus(2, mib=24 * GiB), node("d"))
+    app = create_app(fed(c))
+    names = ["d", "c", "b", "a"]
+    body = call(app, "POST", "/filter", extender_args(NEW_ROLLOUT, names)).json()
+    scores = {
+        h["Host"]: h["Score"]
+        for h in call(app, "POST", "/prioritize", extender_args(NEW_ROLLOUT, names)).json()
+    }
+    assert scores["a"] == scores["b"] == scores["d"] > scores["c"]
+    assert body["NodeNames"] == ["d", "b", "a"]  # c is too small: failed, with why
+    assert "per GPU" in body["FailedAndUnresolvableNodes"]["c"]
+
+
+def test_filter_answer_is_the_best_of_what_prioritize_scores() -> None:
+    """The node kube-scheduler can pick from the filter's answer alone is one
+    prioritize would have ranked first among every fitting node."""
+    c = CLUSTER.with_nodes(node("empty-1"), node("empty-2"))
+    app = create_app(fed(c))
+    names = ["empty-1", "roll-node", "train-node", "empty-2", "tiny"]
+    for pending in (NEW_ROLLOUT, pod_object(pod("t").job("y").role("trainer").build())):
+        body = call(app, "POST", "/filter", extender_args(pending, names)).json()
+        kept, failed = body["NodeNames"], body["FailedNodes"]
+        fitting = [n for n in names if n not in failed and n not in body[UNRESOLVABLE]]
+        assert len(fitting) >= 3, fitting
+        scored = call(app, "POST", "/prioritize", extender_args(pending, fitting)).json()
+        top = max(h["Score"] for h in scored)
+        assert kept == [h["Host"] for h in scored if h["Score"] == top]
 
 
 def test_filter_always_returns_node_names_even_empty(app: Any) -> None:
@@ -143,8 +178,8 @@ def test_full_node_list_mode_is_answered_too(app: Any) -> None:
     nodes = {"items": [node_object(n) for n in CLUSTER.build().nodes.values()]}
     body = json.dumps({"Pod": NEW_ROLLOUT, "Nodes": nodes, "NodeNames": None}).encode()
     out = call(app, "POST", "/filter", body).json()
-    assert out["NodeNames"] == ["train-node", "roll-node"]
-    assert [i["metadata"]["name"] for i in out["Nodes"]["items"]] == ["train-node", "roll-node"]
+    assert out["NodeNames"] == ["train-node"]  # the best of the two that fit
+    assert [i["metadata"]["name"] for i in out["Nodes"]["items"]] == ["train-node"]
 
 
 @pytest.mark.parametrize(

@@ -120,3 +120,21 @@ def test_the_filter_defers_to_the_claim_for_a_pinned_pod() -> None:
     del unpinned["spec"]["resourceClaims"]
     body = json.dumps({"Pod": unpinned, "NodeNames": ["n1"]}).encode()
     assert do_filter(cache.view(), body).body["NodeNames"] == []
+
+
+def test_the_filter_narrows_a_pinned_pods_nodes_to_its_best_never_to_none() -> None:
+    """Among nodes the claim allows, RLix's best score still steers (what its
+    prioritize did), but a node it thinks full is never the reason for none."""
+    import json
+
+    cache = fresh()
+    cache.apply_node(ADDED, node_object(node("n2").gpus(8).build()))
+    for i in range(8):  # n1 full in the extender's view, n2 empty
+        other = claimed_pod(f"o{i}", bound_to="n1")
+        other["metadata"]["annotations"][names.ANNOTATION_GPU_MEMORY_MIB] = "81920"
+        cache.apply_claim(ADDED, claim(f"o{i}", device=f"gpu-{i}"))
+        cache.apply_pod(ADDED, other)
+    body = json.dumps({"Pod": claimed_pod("new"), "NodeNames": ["n1", "n2"]}).encode()
+    assert do_filter(cache.view(), body).body["NodeNames"] == ["n2"]
+    body = json.dumps({"Pod": claimed_pod("new"), "NodeNames": ["n1", "n1"]}).encode()
+    assert do_filter(cache.view(), body).body["NodeNames"] == ["n1"]

@@ -6,9 +6,10 @@ from rlix.core.policy import placement
 
 EXPECTED = {
     "FilterOutcome", "Fit", "GPULoad", "NodeLoad", "NodeScore", "PlacementView",
-    "SnapshotDocumentError", "choose_victims", "choose_victims_on", "filter_nodes", "fit",
-    "likely_phase", "next_phase", "node_load", "owed_mib", "pod_demand_mib", "score_load",
-    "score_nodes", "score_values", "snapshot_from_doc", "snapshot_to_doc", "victim_units",
+    "SnapshotDocumentError", "best_nodes", "choose_victims", "choose_victims_on",
+    "filter_nodes", "fit", "likely_phase", "next_phase", "node_load", "owed_mib",
+    "pod_demand_mib", "score_load", "score_nodes", "score_values", "snapshot_from_doc",
+    "snapshot_to_doc", "victim_units",
 }  # fmt: skip
 
 

@@ -213,3 +213,37 @@ def test_a_job_never_shares_a_gpu_with_itself() -> None:
     assert other_job.ok and sorted(g.index for g in other_job.candidates) == [0, 1, 2, 3]
     straddling = fit(load, pod("c-1").job("c").gpus(8).memory(10 * GiB).build())
     assert not straddling.ok and "sharing rules let it take at most 4" in straddling.reason
+
+
+def test_memoised_room_tells_a_job_on_the_node_from_one_elsewhere() -> None:
+    """filter_nodes memoises room per node under a key without the pod's job
+    where the node holds none of it: whichever pod asks first, a pod of the
+    resident's job and one of any other job each get their own answer."""
+    c = cluster().with_nodes(node("n1").gpus(1), node("n2").gpus(1)).with_pods(
+        pod("a-0").job("a").memory(10 * GiB).phase(Phase.ROLLOUT).on("n1", 0),
+    )  # fmt: skip
+    view = PlacementView(c.build())
+
+    def new_pod(job: str) -> Workload:
+        return pod(f"{job}-new").job(job).memory(10 * GiB).phase(Phase.TRAINING).build()
+
+    # x and y may share a's GPU; a's own pod may not (a job never shares a
+    # GPU with itself). In every order, so no answer leaks between jobs.
+    for order in (["x", "a", "y", "a"], ["a", "x", "a", "y"]):
+        for job in order:
+            out = filter_nodes(view, new_pod(job), ["n1", "n2"])
+            assert out.feasible == (["n2"] if job == "a" else ["n1", "n2"]), (order, job, out)
+            assert ("n1" in out.failed) == (job == "a")
+
+
+def test_key_ids_are_stable_and_never_reused() -> None:
+    from rlix.core.policy.placement import memo
+
+    first = memo.key_id(("a question", 1))
+    assert memo.key_id(("a question", 1)) == first
+    assert memo.key_id(("another", 1)) != first
+    seen = {first}
+    for i in range(memo.KEY_IDS_LIMIT + 5):  # past the limit: the table starts over
+        seen.add(memo.key_id(("filler", i)))
+    again = memo.key_id(("a question", 1))
+    assert again not in seen  # a fresh id: old memo entries under `first` cannot answer

@@ -15,6 +15,7 @@ from rlix.core.policy.placement.loads import GPULoad, NodeLoad, next_phase, node
 from rlix.core.policy.placement.preemption import choose_victims, choose_victims_on, victim_units
 from rlix.core.policy.placement.scoring import (
     NodeScore,
+    best_nodes,
     likely_phase,
     score_load,
     score_nodes,
@@ -30,6 +31,7 @@ __all__ = [
     "NodeScore",
     "PlacementView",
     "SnapshotDocumentError",
+    "best_nodes",
     "choose_victims",
     "choose_victims_on",
     "filter_nodes",

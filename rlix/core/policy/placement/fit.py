@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad, owed_mib
-from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
+from rlix.core.policy.placement.memo import key_id
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules, busy_shapes
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -126,9 +127,13 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     if pod.gpus <= 0:  # not a GPU pod: not ours to judge
         out.feasible.extend(dict.fromkeys(node_names))
         return out
-    demands: dict[int, int] = {}  # capacity -> demand; computed once per GPU size
+    # capacity -> (demand, and the key_id of room_for's question on nodes without
+    # and with a pod of the pod's job): computed once per GPU size, so the
+    # per-node memo lookup hashes an int.
+    demands: dict[int, tuple[int, int, int]] = {}
     get_load = view.load_getter()
-    selective, gpus = bool(pod.node_selector), pod.gpus
+    selective, gpus, job = bool(pod.node_selector), pod.gpus, pod.job
+    sharing = (pod.priority, busy_shapes(pod), rules)
     for name in dict.fromkeys(node_names):
         load = get_load(name)
         if load is None:
@@ -142,12 +147,25 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         node = load.node
         if node.schedulable and (not (selective or node.taints) or pod.refused_by(node) is None):
             cap = load.capacity_mib
-            demand = demands.get(cap)
-            if demand is None:
-                demand = demands[cap] = fit_demand(pod, cap)
-            if (cap <= 0 or demand <= cap) and load.room_for(demand, pod, rules) >= gpus:
-                out.feasible.append(name)
-                continue
+            found = demands.get(cap)
+            if found is None:
+                need = fit_demand(pod, cap)
+                found = demands[cap] = (
+                    need,
+                    key_id((need, "", *sharing)),
+                    key_id((need, job, *sharing)),
+                )
+            demand = found[0]
+            if cap <= 0 or demand <= cap:
+                memo = load.memo
+                jobs = memo.jobs if memo.jobs is not None else load.jobs()
+                kid = found[2] if job and job in jobs else found[1]
+                room = memo.room.get(kid)
+                if room is None:
+                    room = memo.remember(memo.room, kid, load.room_for(demand, pod, rules))
+                if room >= gpus:
+                    out.feasible.append(name)
+                    continue
         verdict = fit(load, pod, rules)
         if verdict.ok:
             out.feasible.append(name)

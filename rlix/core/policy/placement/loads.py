@@ -203,7 +203,11 @@ class NodeLoad:
         rules let the pod join; the set of empty GPUs comes first. A pod's GPUs
         all come from one set: all empty, or all shared with the same partner.
         """
-        key = (demand_mib, pod.job, pod.priority, busy_shapes(pod), rules)
+        # The pod's job matters only where the node holds a pod of it (a job
+        # never shares a GPU with itself); elsewhere pods of every job with the
+        # same demand, priority and shapes share one answer.
+        job = pod.job if pod.job and pod.job in self.jobs() else ""
+        key = (demand_mib, job, pod.priority, busy_shapes(pod), rules)
         found = self.memo.groups.get(key)
         if found is None:
             sets: dict[frozenset[str], list[int]] = {}

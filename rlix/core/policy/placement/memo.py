@@ -10,12 +10,14 @@ own key and value types.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rlix.core.phases import Phase
 
-__all__ = ["MEMO_LIMIT", "LoadMemo", "ShapeKey", "SharedTerms"]
+__all__ = ["MEMO_LIMIT", "LoadMemo", "ShapeKey", "SharedTerms", "key_id"]
 
 MEMO_LIMIT = 64  # answers kept per node load, all tables together (a few per pod shape)
 
@@ -25,6 +27,9 @@ MEMO_LIMIT = 64  # answers kept per node load, all tables together (a few per po
 ShapeKey = tuple[Phase | None, int, int, str, object]
 # (complement, interleave, packing, chosen GPU indices) of a shape on one node.
 SharedTerms = tuple[float, float, float, tuple[int, ...]]
+
+# Interned question keys: how many are kept before the table starts over.
+KEY_IDS_LIMIT = 4096
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -42,8 +47,11 @@ class LoadMemo:
     pairs: dict[Phase | None, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # a shape -> its load-dependent score terms; None: the shape does not fit
     terms: dict[ShapeKey, SharedTerms | None] = field(default_factory=dict)
-    # a shape -> the locality-free part of its score; None: it does not fit
-    base: dict[ShapeKey, float | None] = field(default_factory=dict)
+    # key_id(shape) -> the locality-free part of its score; None: it does not fit
+    base: dict[int, float | None] = field(default_factory=dict)
+    # key_id((demand, job if the node holds it else "", priority, busy shapes,
+    # rules)) -> the most GPUs such a pod could take here (``NodeLoad.room_for``)
+    room: dict[int, int] = field(default_factory=dict)
     jobs: frozenset[str] | None = None  # jobs with a pod on the node
     size: int = 0  # answers stored in the tables since the last clear
 
@@ -70,7 +78,29 @@ class LoadMemo:
             self.pairs,
             self.terms,
             self.base,
+            self.room,
         ):
             table.clear()
         self.jobs = None
         self.size = 0
+
+
+_key_ids: dict[Hashable, int] = {}
+_next_id = itertools.count(1)
+
+
+def key_id(key: Hashable) -> int:
+    """A small int that stands for ``key`` in the memo tables keyed by int.
+
+    The filter and the scorer ask one question of hundreds of nodes per call;
+    its key holds the ``SharingRules``, whose hash is Python code, and a tuple
+    rehashes its items on every lookup. Interned once per call, the per-node
+    lookups hash an int. Ids are never reused (the counter only grows), so
+    starting the table over costs only misses, never a wrong answer.
+    """
+    found = _key_ids.get(key)
+    if found is None:
+        if len(_key_ids) >= KEY_IDS_LIMIT:
+            _key_ids.clear()
+        found = _key_ids[key] = next(_next_id)
+    return found

@@ -44,7 +44,7 @@ from typing import NamedTuple
 from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
 from rlix.core.policy.placement.fit import pod_demand_mib
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad
-from rlix.core.policy.placement.memo import ShapeKey, SharedTerms
+from rlix.core.policy.placement.memo import ShapeKey, SharedTerms, key_id
 from rlix.core.policy.placement.sharing import SharingRules, busy_shapes
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
@@ -290,9 +290,11 @@ def _base(
     demand: int,
     job: str,
     *,
+    kid: int,
     rules: SharingRules,
 ) -> float | None:
-    """The locality-free part of the total, memoised next to the terms.
+    """The locality-free part of the total, memoised next to the terms under
+    ``kid``, the ``key_id`` of the shape (``ShapeKey``).
 
     ``job`` is given only on nodes that hold pods of the pod's own job: only
     there can the answer differ (a job never shares a GPU with itself).
@@ -305,8 +307,7 @@ def _base(
         + WEIGHT_INTERLEAVE * shared[1]
         + WEIGHT_PACKING * shared[2]
     )
-    key: ShapeKey = (phase, demand, pod.gpus, job, (pod.priority, busy_shapes(pod), rules))
-    return load.memo.remember(load.memo.base, key, base)
+    return load.memo.remember(load.memo.base, kid, base)
 
 
 def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> dict[str, int]:
@@ -335,9 +336,12 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         far = 0.0
     else:
         far = WEIGHT_LOCALITY * NEUTRAL
-    demands: dict[int, tuple[int, bool]] = {}
+    # capacity -> (demand, too big, and the key_id of the shape on nodes without
+    # and with peers of the pod's job): once per GPU size, not per node.
+    demands: dict[int, tuple[int, bool, int, int]] = {}
     out: dict[str, int] = {}
     get_load = view.load_getter()
+    peers_here = ctx.peers_here
     for name in node_names:
         load = get_load(name)
         if load is None or not load.node.schedulable:
@@ -346,14 +350,24 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         cap = load.capacity_mib
         found = demands.get(cap)
         if found is None:
-            found = demands[cap] = ctx.demand(cap)
+            need, too_big = ctx.demand(cap)
+            found = demands[cap] = (
+                need,
+                too_big,
+                key_id((phase, need, gpus, "", sharing)),
+                key_id((phase, need, gpus, pod.job, sharing)),
+            )
         if found[1]:
             out[name] = 0
             continue
-        job = pod.job if name in ctx.peers_here else ""
-        key = (phase, found[0], gpus, job, sharing)
+        own = name in peers_here
+        kid = found[3] if own else found[2]
         bases = load.memo.base
-        base = bases[key] if key in bases else _base(load, pod, phase, found[0], job, rules=rules)
+        base = (
+            bases[kid]
+            if kid in bases
+            else _base(load, pod, phase, found[0], pod.job if own else "", kid=kid, rules=rules)
+        )
         if base is None:
             out[name] = 0
             continue
@@ -365,6 +379,19 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         score = int(total + 0.5)
         out[name] = score if score <= MAX_SCORE else MAX_SCORE
     return out
+
+
+def best_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) -> list[str]:
+    """The named nodes with the highest 0..10 score, ties kept, in the order given.
+
+    The extender's filter answers with these, so kube-scheduler ranks only the
+    nodes RLix rates best: its own score plugins then break RLix's ties (and
+    when one node is left it skips scoring altogether), and no prioritize call
+    is needed, since its score would be the same for every node it is sent.
+    """
+    scores = score_values(view, pod, node_names)
+    top = max(scores.values(), default=0)
+    return [name for name, score in scores.items() if score == top]
 
 
 def score_nodes(
