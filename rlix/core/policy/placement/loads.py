@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from rlix.core.phases import ITERATION_ORDER, Phase
 from rlix.core.policy.placement.memo import LoadMemo
-from rlix.core.policy.placement.sharing import SharingRules, busy_shapes, joinable
+from rlix.core.policy.placement.sharing import SharingRules, joinable, pair_traits
 from rlix.core.snapshot import Node, Workload
 
 
@@ -199,7 +199,7 @@ class NodeLoad:
         rules let the pod join; the set of empty GPUs comes first. A pod's GPUs
         all come from one set: all empty, or all shared with the same partner.
         """
-        key = (demand_mib, pod.job, pod.priority, busy_shapes(pod), rules)
+        key = (demand_mib, pod.job, pod.priority, pair_traits(pod), rules)
         found = self.memo.groups.get(key)
         if found is None:
             sets: dict[frozenset[str], list[int]] = {}
