@@ -31,7 +31,7 @@ from typing import Any
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.engine import SimConfig, simulate
 from rlix.core.sim.interference import ASSUMED, DEFAULT, Interference, from_document
-from rlix.core.sim.metrics import Bounds, SimResult, bounds
+from rlix.core.sim.metrics import Bounds, SimResult, bounds, pair_ceiling
 from rlix.core.sim.mixes import MIXES as KNOWN
 from rlix.core.sim.mixes import closed_batch, make_mix
 from rlix.core.sim.schedulers import SCHEDULERS, scheduler
@@ -96,6 +96,7 @@ def rows_for(runs: Runs) -> list[Row]:
             _closed(lambda r: r.capacity),
             lambda bs: (
                 f"excl {_med(bs, lambda b: b.exclusive_capacity):.2f} / "
+                f"pairs {_med(bs, lambda b: b.pair_capacity):.2f} / "
                 f"share {_med(bs, lambda b: b.sharing_capacity):.2f}"
             ),
         ),
@@ -106,6 +107,7 @@ def rows_for(runs: Runs) -> list[Row]:
             _closed(lambda r: r.closed_per_h),
             lambda bs: (
                 f"excl {_med(bs, lambda b: b.exclusive_closed_per_h):.2f} / "
+                f"pairs {_med(bs, lambda b: b.pair_closed_per_h):.2f} / "
                 f"share {_med(bs, lambda b: b.sharing_closed_per_h):.2f}"
             ),
         ),
@@ -215,7 +217,8 @@ def run_mix(
                 runs.wall_s[name] = runs.wall_s.get(name, 0.0) + wall
                 getattr(runs, kind).setdefault(name, []).append(result)
                 print(f"  {mix_name} seed {seed} {kind:6} {name}: {wall:.1f} s", file=sys.stderr)
-        runs.bounds.append(bounds(runs.closed[schedulers[0]][-1], cfg.interference))
+        pair = pair_ceiling(mix.jobs, cfg.interference)
+        runs.bounds.append(bounds(runs.closed[schedulers[0]][-1], cfg.interference, pair))
     return runs
 
 
@@ -247,7 +250,9 @@ def write_mix(
         "baseline's median in the metric's direction. Bounds: median over seeds (spread:\n"
         f"exclusive capacity {_bound_spread(runs, lambda b: b.exclusive_capacity)}, sharing "
         f"capacity {_bound_spread(runs, lambda b: b.sharing_capacity)}, kappa "
-        f"{_bound_spread(runs, lambda b: b.kappa)}) are proved in docs/simulator.md.\n\n"
+        f"{_bound_spread(runs, lambda b: b.kappa)}) are proved in docs/simulator.md; "
+        f'"pairs" (pair ceiling {_bound_spread(runs, lambda b: b.pair_ceiling)}) is the '
+        "estimate for two drifting jobs per GPU under the sharing rules, defined there.\n\n"
         f"{text}\n\nWall time, all seeds, open + closed (this machine, shared 2 cores):\n\n"
         f"{speed}\n\nDefinitions and caveats: docs/simulator.md.\n"
     )

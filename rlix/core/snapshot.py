@@ -83,6 +83,24 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class PhaseLoad:
+    """One segment of a job's iteration, as the sharing rules weigh it.
+
+    ``share``: its fraction of the iteration's time when the job runs alone;
+    ``pressure``: the fraction of the GPU's kernels it keeps running, what
+    slows a co-runner (a rollout waiting on tools presses less than 1).
+    """
+
+    phase: Phase
+    share: float
+    pressure: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.share <= 1.0 and 0.0 <= self.pressure <= 1.0):
+            raise ValueError(f"PhaseLoad share/pressure must lie in [0, 1]: {self}")
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """One pod of an RL job, reduced to what placement and preemption need.
 
@@ -106,6 +124,12 @@ class Workload:
     # template plus RLix's GPU toleration); what a node must match to be planned.
     node_selector: tuple[tuple[str, str], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # The segments of one iteration with their time shares and pressures
+    # (``PhaseLoad``); empty when unknown, and then the sharing rules assume
+    # every declared phase at full pressure. The simulator fills it from its
+    # job model; in a cluster the conductor could, from the phase changes the
+    # pods report and the agent's utilisation counters (docs/simulator.md).
+    load_profile: tuple[PhaseLoad, ...] = ()
 
     @property
     def peak_memory_mib(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from rlix.core.phases import Phase
-from rlix.core.snapshot import GPU, ClusterSnapshot, Node, Workload
+from rlix.core.snapshot import GPU, ClusterSnapshot, Node, PhaseLoad, Workload
 
 H100_MIB = 81920
 
@@ -83,6 +83,11 @@ class PodBuilder:
 
     def suspended(self) -> PodBuilder:
         return PodBuilder(replace(self.w, suspended=True))
+
+    def load(self, *segments: tuple[str, float, float]) -> PodBuilder:
+        """``load(("rollout", 0.8, 0.6), ("training", 0.2, 1.0))``: (phase, share, pressure)."""
+        profile = tuple(PhaseLoad(Phase(ph), share, p) for ph, share, p in segments)
+        return PodBuilder(replace(self.w, load_profile=profile))
 
     def on(self, node_name: str, *gpu_indices: int) -> PodBuilder:
         return PodBuilder(replace(self.w, node=node_name, gpu_indices=tuple(gpu_indices)))

@@ -17,7 +17,8 @@ def sample() -> Any:
         .with_nodes(node("a").domain("rack-1").used(100, 200), node("b").gpus(4).cordoned())
         .with_pods(
             pod("x").job("j", gang=2).role("rollout").gpus(2).memory(rollout=10, training=20)
-            .phase("rollout").priority(3).on("a", 0, 1),
+            .phase("rollout").priority(3).on("a", 0, 1)
+            .load(("rollout", 0.75, 0.6), ("training", 0.25, 1.0)),
             pod("y").suspended().preemptible(False),
         )
         .build()
@@ -43,6 +44,8 @@ def test_round_trip_is_exact_through_json() -> None:
         (lambda d: d["workloads"][0]["memoryMiB"].update(rollout=-1), "memoryMiB['rollout']"),
         (lambda d: d["workloads"].append(7), "workload entry must be an object"),
         (lambda d: d["nodes"][0]["gpus"].append("gpu"), "gpus[2] must be an object"),
+        (lambda d: d["workloads"][0]["loadProfile"][0].update(share=2.0), "share/pressure"),
+        (lambda d: d["workloads"][0]["loadProfile"][0].update(share="x"), "must be numbers"),
     ],
 )
 def test_bad_documents_name_the_field(edit: Any, words: str) -> None:

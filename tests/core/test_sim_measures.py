@@ -81,3 +81,32 @@ def test_every_scheduler_stays_within_its_bounds(interference: Interference) -> 
         assert result.jct_mean_s >= limit.jct_mean_s
         assert result.top_stretch >= 1.0
         assert sum(result.categories().values()) == pytest.approx(1.0)
+
+
+def test_the_pair_ceiling_is_rule_5_s_best_same_class_pair_and_never_below_one() -> None:
+    from dataclasses import replace
+
+    from rlix.core.policy.placement.sharing import SharingRules, expected_rates
+    from rlix.core.sim.metrics import pair_ceiling
+    from rlix.core.sim.workload import profile_for
+
+    # The small-lab and agentic mixes' shapes (mixes.py), few iterations.
+    busy = spec("t/busy", 0, iterations=3, response_sigma=1.0)
+    agentic = spec("t/agent", 1, iterations=3, prompts=64, response_median=3000,
+                   response_sigma=1.5, max_response=32768, env_wait=0.35)  # fmt: skip
+    # Busy jobs (tail pressure ~0.97) make no pair pay under the measured matrix.
+    assert pair_ceiling([busy, replace(busy, name="t/b2")], MEASURED_H200) == 1.0
+    rules = SharingRules(MEASURED_H200.cells)
+    both = profile_for(agentic).load_profile
+    expected = sum(expected_rates(rules, both, both))
+    assert expected > 1.0
+    assert pair_ceiling([busy, agentic], MEASURED_H200) == 1.0  # one agentic job: no pair
+    two = [busy, agentic, replace(agentic, name="t/agent2")]
+    assert pair_ceiling(two, MEASURED_H200) == pytest.approx(expected)
+    # Rule 3: jobs of different classes never pair, so their pair does not count.
+    apart = [agentic, replace(agentic, name="t/agent2", priority=100)]
+    assert pair_ceiling(apart, MEASURED_H200) == 1.0
+    # The tables' estimates scale the exclusive ones by the ceiling.
+    result = simulate(mix_of(busy, agentic), kube_default())
+    limit = bounds(result, MEASURED_H200, expected)
+    assert limit.pair_capacity == pytest.approx(expected * limit.exclusive_capacity)

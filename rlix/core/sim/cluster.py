@@ -173,6 +173,7 @@ def pods_of(run: Run, t: float, cluster: Cluster) -> tuple[Workload, ...]:
                 node=cluster.names[node] if node is not None else None,
                 gpu_indices=gpus,
                 gang_size=pods,
+                load_profile=run.profile.load_profile,
             )
         )
     built = tuple(out)

@@ -37,13 +37,21 @@ The measures that can show a gain (docs/simulator.md, "Measures"):
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlix.core.phases import Shape
+from rlix.core.policy.placement.sharing import SharingRules, expected_rates
 from rlix.core.sim.cluster import Cluster
 from rlix.core.sim.interference import Interference
 from rlix.core.sim.runs import Run, State
-from rlix.core.sim.workload import ITERATION_PHASES, SEGMENTS_PER_ITERATION
+from rlix.core.sim.workload import (
+    ITERATION_PHASES,
+    SEGMENTS_PER_ITERATION,
+    JobSpec,
+    profile_for,
+)
 
 
 @dataclass(frozen=True)
@@ -299,6 +307,10 @@ class Bounds:
     jct_mean_s: float  # lower bound, any scheduler: mean alone duration with first load
     top_stretch: float  # lower bound, any scheduler
     kappa: float  # most useful work one shared GPU can deliver per second
+    # Estimates for two drifting jobs per GPU under the sharing rules (``pair_ceiling``):
+    pair_ceiling: float = 1.0
+    pair_capacity: float = 0.0
+    pair_closed_per_h: float = 0.0
 
 
 def sharing_kappa(interference: Interference, max_residents: int) -> float:
@@ -318,7 +330,29 @@ def sharing_kappa(interference: Interference, max_residents: int) -> float:
     return 1.0 if i >= 1.0 else n / (1.0 + i * (n - 1))
 
 
-def bounds(result: SimResult, interference: Interference) -> Bounds:
+def pair_ceiling(jobs: Iterable[JobSpec], interference: Interference) -> float:
+    """Best expected progress of two jobs of one priority class on a GPU (>= 1).
+
+    Rule 5's own expectation (``sharing.expected_rates``: two cycles drifting
+    independently, each job's declared load profile) over every pair of job
+    kinds in ``jobs``; 1 where no pair beats running them one after the other.
+    An estimate for the policy class "at most two jobs per GPU, one class",
+    not a proof (docs/simulator.md).
+    """
+    rules = SharingRules(interference.cells)
+    count = Counter((s.priority, profile_for(s).load_profile) for s in jobs)
+    kinds = sorted(count, key=repr)
+    best = 1.0
+    for i, (priority, mine) in enumerate(kinds):
+        for j in range(i, len(kinds)):
+            other, theirs = kinds[j]
+            # A kind pairs with itself only when the mix has two jobs of it.
+            if other == priority and (j > i or count[kinds[i]] > 1):
+                best = max(best, sum(expected_rates(rules, mine, theirs)))
+    return best
+
+
+def bounds(result: SimResult, interference: Interference, pair: float = 1.0) -> Bounds:
     """Bounds from one run's workload (the jobs and their timelines, not its schedule).
 
     Exclusive: a held GPU-second advances one job by at most one alone-second,
@@ -347,4 +381,7 @@ def bounds(result: SimResult, interference: Interference) -> Bounds:
         jct_mean_s=sum(result.alone_s) / len(result.alone_s) if result.alone_s else 0.0,
         top_stretch=1.0,
         kappa=kappa,
+        pair_ceiling=pair,
+        pair_capacity=(pair * result.progress_gpu_s / exclusive_held if exclusive_held else 0.0),
+        pair_closed_per_h=per_h(max(exclusive_held / (g * pair), longest)),
     )

@@ -33,6 +33,7 @@ from statistics import NormalDist
 
 from rlix.core.phases import Phase, shape_of
 from rlix.core.sim import hardware as hw
+from rlix.core.snapshot import PhaseLoad
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,9 @@ ITERATION_PHASES: tuple[Phase, ...] = (
 )
 SEGMENTS_PER_ITERATION = len(ITERATION_PHASES)
 TAIL_SEGMENT = 1
+# Quantiles of the longest response the declared load profile averages over
+# (docs/simulator.md, rule 5's phase-load-aware form).
+PROFILE_QUANTILES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +323,34 @@ class JobProfile:
         tail_s = (longest - q) * tail_step * stretch
         return bulk_s, self.bulk_demand * keep, tail_s, tail_demand * keep
 
+    @cached_property
+    def load_profile(self) -> tuple[PhaseLoad, ...]:
+        """The iteration's segments as the sharing rules weigh them (``PhaseLoad``).
+
+        Expected alone durations and duration-weighted pressures, averaged over
+        ``PROFILE_QUANTILES`` equal-probability quantiles of the iteration's
+        longest response (the distribution ``timeline`` draws from): what the
+        job's declared shape implies, never what a run did.
+        """
+        n, keep = self.sequences, 1.0 - self.spec.env_wait
+        bulk = tail = tail_pressure = 0.0
+        for k in range(PROFILE_QUANTILES):
+            longest = self.length_quantile(((k + 0.5) / PROFILE_QUANTILES) ** (1.0 / n))
+            bulk_s, _, tail_s, tail_d = self.rollout_segments(longest)
+            bulk += bulk_s / PROFILE_QUANTILES
+            tail += tail_s / PROFILE_QUANTILES
+            tail_pressure += tail_s * max(self.tail_pressure(longest) * keep, tail_d)
+        tail_pressure = tail_pressure / (tail * PROFILE_QUANTILES) if tail > 0 else keep
+        segments = (
+            (Phase.ROLLOUT, bulk, keep),
+            (Phase.ROLLOUT, tail, tail_pressure),
+            (Phase.SCORING, self.scoring_s, 1.0),
+            (Phase.TRAINING, self.training_s, 1.0),
+            (Phase.WEIGHT_SYNC, self.weight_sync_s, 1.0),
+        )
+        total = sum(d for _, d, _ in segments)
+        return tuple(PhaseLoad(phase, d / total, min(max(p, 0.0), 1.0)) for phase, d, p in segments)
+
     def timeline(self, seed: int) -> Timeline:
         """Every segment of every iteration; identical for every scheduler."""
         rng = random.Random(f"{seed}/{self.spec.index}/rollout")
@@ -345,7 +377,7 @@ _DERIVED = (
     "size", "_lengths", "_quadrature", "mean_response", "bulk_tokens", "bulk_demand",
     "tail_excess_tokens", "kv_budget_bytes", "kv_bytes_per_gpu", "step_s", "scoring_s",
     "training_s", "weight_sync_s", "memory_bytes", "memory_mib", "checkpoint_bytes_per_gpu",
-    "_tail_pressure_table",
+    "_tail_pressure_table", "load_profile",
 )  # fmt: skip
 _PROFILES: dict[JobSpec, JobProfile] = {}
 

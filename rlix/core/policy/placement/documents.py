@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlix.core.phases import Phase
-from rlix.core.snapshot import GPU, ClusterSnapshot, Node, Workload
+from rlix.core.snapshot import GPU, ClusterSnapshot, Node, PhaseLoad, Workload
 
 FORMAT_VERSION = 1
 
@@ -55,6 +55,10 @@ def workload_to_doc(w: Workload) -> dict[str, Any]:
         "gpuIndices": list(w.gpu_indices),
         "suspended": w.suspended,
         "gangSize": w.gang_size,
+        "loadProfile": [
+            {"phase": s.phase.value, "share": s.share, "pressure": s.pressure}
+            for s in w.load_profile
+        ],
     }
 
 
@@ -141,7 +145,27 @@ def workload_from_doc(doc: Any) -> Workload:
         gpu_indices=tuple(_opt(doc, "gpuIndices", list, [], where)),
         suspended=_opt(doc, "suspended", bool, False, where),
         gang_size=_opt(doc, "gangSize", int, 1, where),
+        load_profile=_load_profile(_opt(doc, "loadProfile", list, [], where), where),
     )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _load_profile(raw: list[Any], where: str) -> tuple[PhaseLoad, ...]:
+    out = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            raise SnapshotDocumentError(f"{where}: loadProfile entries must be objects")
+        share, pressure = _number(entry.get("share")), _number(entry.get("pressure", 1.0))
+        if share is None or pressure is None:
+            raise SnapshotDocumentError(f"{where}: loadProfile share/pressure must be numbers")
+        try:
+            out.append(PhaseLoad(_phase(entry.get("phase"), where), share, pressure))
+        except ValueError as e:
+            raise SnapshotDocumentError(f"{where}: {e}") from None
+    return tuple(out)
 
 
 def snapshot_from_doc(doc: Any) -> ClusterSnapshot:

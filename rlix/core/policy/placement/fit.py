@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad, owed_mib
 from rlix.core.policy.placement.memo import key_id
-from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules, busy_shapes
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules, pair_traits
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -133,7 +133,7 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     demands: dict[int, tuple[int, int, int]] = {}
     get_load = view.load_getter()
     selective, gpus, job = bool(pod.node_selector), pod.gpus, pod.job
-    sharing = (pod.priority, busy_shapes(pod), rules)
+    sharing = (pod.priority, pair_traits(pod), rules)
     for name in dict.fromkeys(node_names):
         load = get_load(name)
         if load is None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from rlix.core.phases import ITERATION_ORDER, Phase
 from rlix.core.policy.placement.memo import LoadMemo
-from rlix.core.policy.placement.sharing import SharingRules, busy_shapes, joinable
+from rlix.core.policy.placement.sharing import SharingRules, joinable, pair_traits
 from rlix.core.snapshot import Node, Workload
 
 
@@ -207,7 +207,7 @@ class NodeLoad:
         # never shares a GPU with itself); elsewhere pods of every job with the
         # same demand, priority and shapes share one answer.
         job = pod.job if pod.job and pod.job in self.jobs() else ""
-        key = (demand_mib, job, pod.priority, busy_shapes(pod), rules)
+        key = (demand_mib, job, pod.priority, pair_traits(pod), rules)
         found = self.memo.groups.get(key)
         if found is None:
             sets: dict[frozenset[str], list[int]] = {}

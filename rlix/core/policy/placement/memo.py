@@ -49,7 +49,7 @@ class LoadMemo:
     terms: dict[ShapeKey, SharedTerms | None] = field(default_factory=dict)
     # key_id(shape) -> the locality-free part of its score; None: it does not fit
     base: dict[int, float | None] = field(default_factory=dict)
-    # key_id((demand, job if the node holds it else "", priority, busy shapes,
+    # key_id((demand, job if the node holds it else "", priority, pair traits,
     # rules)) -> the most GPUs such a pod could take here (``NodeLoad.room_for``)
     room: dict[int, int] = field(default_factory=dict)
     jobs: frozenset[str] | None = None  # jobs with a pod on the node

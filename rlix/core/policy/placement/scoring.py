@@ -45,7 +45,7 @@ from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
 from rlix.core.policy.placement.fit import pod_demand_mib
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad
 from rlix.core.policy.placement.memo import ShapeKey, SharedTerms, key_id
-from rlix.core.policy.placement.sharing import SharingRules, busy_shapes
+from rlix.core.policy.placement.sharing import SharingRules, pair_traits
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -195,7 +195,7 @@ def _shared_terms(
     """
     gpus = pod.gpus
     memo = load.memo
-    key: ShapeKey = (phase, demand, gpus, job, (pod.priority, busy_shapes(pod), rules))
+    key: ShapeKey = (phase, demand, gpus, job, (pod.priority, pair_traits(pod), rules))
     if key in memo.terms:
         return memo.terms[key]
     result: SharedTerms | None = None
@@ -322,7 +322,7 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     ctx = _PodContext.of(view, pod)
     phase, gpus = ctx.phase, pod.gpus
     rules = view.rules
-    sharing = (pod.priority, busy_shapes(pod), rules)
+    sharing = (pod.priority, pair_traits(pod), rules)
     # Weighted locality per node holding peers, and per domain for the rest.
     near: dict[str, float] = {}
     in_domain: dict[str | None, float] = {}
