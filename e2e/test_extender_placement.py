@@ -15,6 +15,7 @@ kube-scheduler counts ``nvidia.com/gpu`` itself, so every scenario stays within
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +34,7 @@ NODES = [f"rlix-gpu-{i}" for i in range(4)]
 def rlix_pod(
     name: str,
     *,
-    job: str,
+    job: str | None,
     role: str,
     phase: str,
     gpus: int,
@@ -43,8 +44,13 @@ def rlix_pod(
     preemptible: bool | None = None,
     node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A pod as the operator writes it: RLix labels and annotations, GPUs requested."""
-    labels = {names.LABEL_JOB: job, names.LABEL_ROLE: role}
+    """A pod as the operator writes it: RLix labels and annotations, GPUs requested.
+
+    ``job=None`` leaves out ``rlix.io/job``: a pod RLix does not manage (it still
+    asks rlix-scheduler and says its memory)."""
+    labels = (
+        {names.LABEL_ROLE: role} if job is None else {names.LABEL_JOB: job, names.LABEL_ROLE: role}
+    )
     if preemptible is not None:
         labels[names.LABEL_PREEMPTIBLE] = "true" if preemptible else "false"
     spec: dict[str, Any] = {
@@ -265,17 +271,47 @@ def _exists(cluster: DevCluster, namespace: str, name: str) -> bool:
     return any(not p["metadata"].get("deletionTimestamp") for p in found["items"])
 
 
-def test_preemption_suspends_the_rollout_not_the_protected_job(
+def _preempt_calls(extender: ExtenderProcess) -> float:
+    """How many preempt calls the extender answered (its /metrics counter)."""
+    with urllib.request.urlopen(f"{extender.url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rlix_extender_requests_total{") and 'verb="preempt"' in line
+    )
+
+
+def _preemption_tried(cluster: DevCluster, namespace: str, name: str) -> bool:
+    """kube-scheduler's preemption ran for the pod and nominated no node."""
+    pod = get_json(cluster, "pods", name, "-n", namespace)
+    if pod["status"].get("nominatedNodeName"):
+        return False
+    return any(
+        c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and "preemption:" in (c.get("message") or "")
+        for c in pod["status"].get("conditions") or []
+    )
+
+
+def test_kube_scheduler_evicts_for_a_plain_pod_only_and_picks_the_rollout(
     local_cluster: DevCluster, namespace: str, extender: ExtenderProcess
 ) -> None:
     """rlix-gpu-0 holds a protected training pod and a preemptible rollout pod.
 
     The protected pod (``rlix.io/preemptible: "false"``) has the *lower* priority,
     so kube-scheduler's own victim choice (lowest priority first) is the
-    protected pod; RLix must rewrite it to the rollout pod. The other three
-    nodes are full of pods at the preemptor's priority, which no preemption may
-    touch. The urgent pod needs 4 GPUs: it can only run on rlix-gpu-0, after
-    the rollout pod is gone.
+    protected pod. The other three nodes are full of pods at the preemptor's
+    priority, which no preemption may touch. The urgent pod needs 4 GPUs: it
+    can only run on rlix-gpu-0, after the rollout pod is gone.
+
+    First the urgent pod is an RLix pod (``rlix.io/job``): kube-scheduler's
+    preemption asks the extender, which names no RLix victim (RLix makes room
+    for its own jobs in place, through the conductor, never by deletion), so
+    nothing is deleted and the pod waits. Then it is a pod RLix does not manage:
+    only kube-scheduler can make room for it, and RLix rewrites the victim to
+    the rollout pod, which is evicted; the protected pod survives.
     """
     suffix = uuid.uuid4().hex[:8]
     low, mid, high = f"rlix-e2e-low-{suffix}", f"rlix-e2e-mid-{suffix}", f"rlix-e2e-high-{suffix}"
@@ -306,16 +342,40 @@ def test_preemption_suspends_the_rollout_not_the_protected_job(
             namespace, "protected", "rollout", *(f"filler-{i}" for i in (1, 2, 3))
         )
 
+        calls = _preempt_calls(extender)
         apply(
             local_cluster,
             namespace,
             rlix_pod(
-                "urgent", job="urgent", role="trainer", phase="training",
+                "rlix-urgent", job="urgent", role="trainer", phase="training",
+                gpus=4, memory_mib=60000, priority_class=high,
+            ),
+        )  # fmt: skip
+        wait_for(
+            "kube-scheduler's preemption to ask the extender for the RLix pod and nominate nothing",
+            lambda: (
+                _preempt_calls(extender) > calls
+                and _preemption_tried(local_cluster, namespace, "rlix-urgent")
+            ),
+            timeout_s=120,
+        )
+        assert _exists(local_cluster, namespace, "rollout"), (
+            "kube-scheduler deleted an RLix pod for an RLix pod"
+        )
+        assert _running_on(local_cluster, namespace, "protected") == NODES[0]
+        assert _running_on(local_cluster, namespace, "rlix-urgent") is None
+        local_cluster.kubectl("delete", "pod", "rlix-urgent", "-n", namespace, "--wait=true")
+
+        apply(
+            local_cluster,
+            namespace,
+            rlix_pod(
+                "urgent", job=None, role="trainer", phase="training",
                 gpus=4, memory_mib=60000, priority_class=high,
             ),
         )  # fmt: skip
         node = wait_for(
-            "the urgent pod to run after preemption",
+            "the plain urgent pod to run after preemption",
             lambda: _running_on(local_cluster, namespace, "urgent"),
             timeout_s=120,
         )

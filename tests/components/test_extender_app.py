@@ -132,7 +132,8 @@ def test_preempt_rewrites_victims_to_the_least_harmful() -> None:
         )
     )
     app = create_app(fed(c))
-    vip = pod_object(pod("vip").job("v").memory(60 * GiB).priority(100).build())
+    # A plain pod (RLix does not manage it): only kube-scheduler can make room.
+    vip = pod_object(pod("vip").memory(60 * GiB).priority(100).build())
     r = call(app, "POST", "/preempt", preemption_args(vip, {"n": [uid_for("default/train")]}))
     assert r.status_code == 200
     assert r.json() == {
@@ -140,6 +141,10 @@ def test_preempt_rewrites_victims_to_the_least_harmful() -> None:
             "n": {"Pods": [{"UID": uid_for("default/roll")}], "NumPDBViolations": 0}
         }
     }
+    # An RLix pod: the conductor parks RLix pods in place; kube-scheduler deletes none.
+    rlix_vip = pod_object(pod("vip").job("v").memory(60 * GiB).priority(100).build())
+    r = call(app, "POST", "/preempt", preemption_args(rlix_vip, {"n": [uid_for("default/train")]}))
+    assert r.json() == {"NodeNameToMetaVictims": {}}
 
 
 def test_preempt_drops_a_node_whose_only_victim_is_protected() -> None:

@@ -14,7 +14,13 @@ from rlix.core.snapshot import Workload
 from tests.builders.placement import ClusterBuilder, cluster, node, pod
 
 GiB = 1024
-PREEMPTOR = pod("vip").job("vip").gpus(1).memory(60 * GiB).phase("training").priority(100).build()
+# A pod RLix does not manage (no rlix.io/job): kube-scheduler's preemption is the
+# only way to make room for it, so RLix rewrites its victims by least harm.
+PREEMPTOR = pod("vip").gpus(1).memory(60 * GiB).phase("training").priority(100).build()
+# An RLix pod: RLix makes room for it in place, never by deleting its own pods.
+RLIX_PREEMPTOR = (
+    pod("vip").job("vip").gpus(1).memory(60 * GiB).phase("training").priority(100).build()
+)
 
 
 def d(name: str) -> str:
@@ -193,3 +199,28 @@ def test_memory_used_outside_known_pods_stays_taken() -> None:
     assert victims(c, {"n": ["r"]}, small) == {"n": (d("r"),)}  # 45 GiB taken, 35 free
     large = pod("vip").memory(40 * GiB).priority(100).build()
     assert victims(c, {"n": ["r"]}, large) == {}  # 35 GiB is all preemption can free
+
+
+def test_an_rlix_preemptor_gets_no_rlix_victims_only_unmanaged_ones() -> None:
+    c = (
+        cluster()
+        .with_nodes(node("n").gpus(2), node("m").gpus(1))
+        .with_pods(
+            pod("roll").job("b").memory(70 * GiB).phase("rollout").on("n", 0),
+            pod("plain").memory(70 * GiB).phase("training").on("n", 1),
+            pod("other").job("c").memory(70 * GiB).phase("rollout").on("m", 0),
+        )
+    )
+    # kube-scheduler proposed the RLix rollout on n: the unmanaged pod goes instead;
+    # on m only an RLix pod could make room, so m is left out (the conductor parks).
+    got = victims(c, {"n": ["roll"], "m": ["other"]}, RLIX_PREEMPTOR)
+    assert got == {"n": (d("plain"),)}
+    # The same node for a plain preemptor: the rollout harms least.
+    assert victims(c, {"n": ["roll"], "m": ["other"]}) == {"n": (d("roll"),), "m": (d("other"),)}
+
+
+def test_in_place_the_rlix_preemptor_still_parks_rlix_pods() -> None:
+    c = one_gpu_node(pod("roll").job("b").memory(70 * GiB).phase("rollout").on("n", 0))
+    view = PlacementView(c.build())
+    assert choose_victims_on(view, RLIX_PREEMPTOR, "n", [d("roll")]) is None
+    assert choose_victims_on(view, RLIX_PREEMPTOR, "n", [d("roll")], in_place=True) == (d("roll"),)

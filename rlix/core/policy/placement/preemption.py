@@ -7,6 +7,13 @@ suspension, so RLix rewrites each node's list:
 
 * **Never a protected pod.** A pod marked ``rlix.io/preemptible: "false"`` (or of
   equal/higher priority than the preemptor) is never a victim.
+* **Never an RLix pod for an RLix pod.** When kube-scheduler preempts for an
+  RLix-managed pod (``rlix.io/job``), RLix-managed victims are left out: RLix
+  makes room among its own jobs in place (the conductor parks them and they
+  come back bit for bit), so deleting one would lose what parking keeps. Only
+  pods RLix does not manage may then be evicted (the conductor's said
+  ``EvictionFallback``). A preemptor RLix does not manage (a plain pod) is
+  answered as before: RLix cannot make room for it by parking.
 * **Never half a gang.** A pod of a gang (``gang_size > 1``) is taken only with
   every other member of its job, and only if they all sit on this node: victims
   of one node are all the scheduler will remove, so a gang spread over several
@@ -60,8 +67,12 @@ def harm(unit: Sequence[Workload]) -> tuple[int, int, int, int, tuple[str, ...]]
     return top_priority, cost, evict, gpus, tuple(sorted(w.name for w in unit))
 
 
-def _eligible(pod: Workload, w: Workload) -> bool:
-    return w.preemptible and w.priority < pod.priority and w.name != pod.name
+def _eligible(pod: Workload, w: Workload, *, in_place: bool = False) -> bool:
+    if not (w.preemptible and w.priority < pod.priority and w.name != pod.name):
+        return False
+    # Deleting (kube-scheduler's preemption) an RLix pod for an RLix pod is
+    # never needed: the conductor parks it in place instead (module docstring).
+    return in_place or not (pod.job and w.job)
 
 
 def victim_units(
@@ -74,7 +85,7 @@ def victim_units(
         return []
     units: dict[tuple[str, ...], tuple[Workload, ...]] = {}
     for w in load.residents:
-        if not _eligible(pod, w):
+        if not _eligible(pod, w, in_place=in_place):
             continue
         if w.gang_size > 1 and w.job:
             members = view.job_members(w.job)
@@ -83,7 +94,7 @@ def victim_units(
                 continue
             if in_place:
                 members = tuple(m for m in members if m.preemptible)
-            if any(m.node != node or not _eligible(pod, m) for m in members):
+            if any(m.node != node or not _eligible(pod, m, in_place=in_place) for m in members):
                 continue
             unit = tuple(sorted(members, key=lambda m: m.name))
         else:
@@ -113,7 +124,7 @@ def choose_victims_on(
     proposed_known = [known[n] for n in proposed if n in known]
     # Non-GPU victims free CPU/memory the scheduler needs: keep them, if allowed.
     required = [w for w in proposed_known if w.gpus <= 0]
-    if any(not _eligible(pod, w) for w in required):
+    if any(not _eligible(pod, w, in_place=in_place) for w in required):
         return None
     gpus_needed = sum(w.gpus for w in proposed_known)
     gpus_of = {w.name: w.gpus for w in load.residents}
