@@ -282,17 +282,22 @@ def _preempt_calls(extender: ExtenderProcess) -> float:
     )
 
 
-def _preemption_tried(cluster: DevCluster, namespace: str, name: str) -> bool:
-    """kube-scheduler's preemption ran for the pod and nominated no node."""
+def _preemption_outcome(cluster: DevCluster, namespace: str, name: str) -> str | None:
+    """What kube-scheduler's preemption did for the pod: "nominated <node>" or
+    "scheduled on <node>" when it took victims, "none" when it ran and found no
+    candidate, None before it ran."""
     pod = get_json(cluster, "pods", name, "-n", namespace)
-    if pod["status"].get("nominatedNodeName"):
-        return False
-    return any(
+    if bound := pod["spec"].get("nodeName"):
+        return f"scheduled on {bound}"  # victims were taken (nothing else frees a node)
+    if nominated := pod["status"].get("nominatedNodeName"):
+        return f"nominated {nominated}"
+    tried = any(
         c.get("type") == "PodScheduled"
         and c.get("status") == "False"
         and "preemption:" in (c.get("message") or "")
         for c in pod["status"].get("conditions") or []
     )
+    return "none" if tried else None
 
 
 def test_kube_scheduler_evicts_for_a_plain_pod_only_and_picks_the_rollout(
@@ -351,14 +356,16 @@ def test_kube_scheduler_evicts_for_a_plain_pod_only_and_picks_the_rollout(
                 gpus=4, memory_mib=60000, priority_class=high,
             ),
         )  # fmt: skip
-        wait_for(
-            "kube-scheduler's preemption to ask the extender for the RLix pod and nominate nothing",
+        outcome = wait_for(
+            "kube-scheduler's preemption to ask the extender for the RLix pod",
             lambda: (
-                _preempt_calls(extender) > calls
-                and _preemption_tried(local_cluster, namespace, "rlix-urgent")
+                _preemption_outcome(local_cluster, namespace, "rlix-urgent")
+                if _preempt_calls(extender) > calls
+                else None
             ),
             timeout_s=120,
         )
+        assert outcome == "none", f"kube-scheduler preempted for an RLix pod: {outcome}"
         assert _exists(local_cluster, namespace, "rollout"), (
             "kube-scheduler deleted an RLix pod for an RLix pod"
         )
