@@ -61,6 +61,11 @@ def test_scheduler_name_reaches_the_operator_and_the_scheduler_profile() -> None
         if "KubeSchedulerConfiguration" in v
     )
     assert [p["schedulerName"] for p in config["profiles"]] == ["gpu-sched"]
+    # The client rate the throughput benchmark ran with, not kube-scheduler's 50/100.
+    assert config["clientConnection"] == {"qps": 200, "burst": 400}
+    # No managedResources: DRA pods request a claim, not nvidia.com/gpu, and
+    # kube-scheduler would not send them to the extender at all.
+    assert all("managedResources" not in e for e in config["extenders"])
 
 
 def test_operator_replicas_elect_a_leader_on_a_lease_they_may_write() -> None:
