@@ -81,7 +81,10 @@ class Simulation:
         self.preempt_failed_at: dict[tuple[int, int, int, int], tuple[int, int]] = {}
         self.done = 0
         self.events = 0
-        smallest = min(min(r.profile.memory_mib.values()) for r in self.runs)
+        # Any disaggregated job: rates and loads are read per pod (``_pod_rate``);
+        # an all-colocated mix keeps the per-job fast path.
+        self.per_pod = any(r.spec.disaggregated for r in self.runs)
+        smallest = min(r.profile.min_mib for r in self.runs)
         self.recorder = Recorder(self.cluster, self.runs, self.config.memory_mib, smallest)
 
     # -- event plumbing ------------------------------------------------------
@@ -207,6 +210,8 @@ class Simulation:
 
     def _rate(self, run: Run, seen: dict[int, tuple[float, Phase] | None]) -> float:
         """``seen`` caches co-runners' (pressure, phase) for one instant."""
+        if self.per_pod:
+            return self._pod_rate(run)
         table = self.table[run.phase_of(run.seg)]
         worst = 0.0
         for group in self._groups(run):
@@ -222,6 +227,40 @@ class Simulation:
                 if state is not None:
                     load += state[0] * table[state[1]]
             worst = max(worst, load)
+        return 1.0 / (1.0 + worst)
+
+    def pod_pressure_phase(self, run: Run, pod: int) -> tuple[float, Phase] | None:
+        """(pressure, phase) of ``run``'s pod ``pod`` now; None while it idles or
+        the job is not running (an idle pool presses on nobody)."""
+        if run.state is not State.RUNNING or run.timeline is None:
+            return None
+        seg = run.seg if run.stepping else run.segment_at(run.t_ref)
+        if not run.pod_active(pod, seg):
+            return None
+        return run.timeline.pressures[seg], run.phase_of(seg)
+
+    def _pod_rate(self, run: Run) -> float:
+        """A gang moves at its slowest *active* GPU; on each GPU the load is what
+        every other pod there (other jobs' and this job's own) presses now."""
+        assert run.timeline is not None
+        seg = run.seg
+        table = self.table[run.phase_of(seg)]
+        res = self.cluster.res
+        worst = 0.0
+        for k, (node, gpus) in enumerate(run.placements):
+            if not run.pod_active(k, seg):
+                continue
+            for g in gpus:
+                load = 0.0
+                for j in dict.fromkeys(res[node][g]):
+                    other = self.runs[j]
+                    for q in other.pods_on(node, g):
+                        if j == run.id and q == k:
+                            continue
+                        state = self.pod_pressure_phase(other, q)
+                        if state is not None:
+                            load += state[0] * table[state[1]]
+                worst = max(worst, load)
         return 1.0 / (1.0 + worst)
 
     # -- starting and stopping jobs --------------------------------------------
@@ -309,9 +348,9 @@ class Simulation:
         )
 
     def _try_place(self, run: Run, t: float) -> bool:
-        low = min(run.profile.memory_mib.values())
+        low = run.profile.min_mib
         nodes = self.cluster.candidates(run.spec.gpus_per_pod, low, self.config.candidates)
-        if not nodes or (not self.policy.shares_gpus and len(nodes) < run.spec.pods):
+        if not nodes or (not self.policy.shares_gpus and len(nodes) < run.spec.min_nodes):
             return False
         snapshot = self.cluster.snapshot(nodes, self.runs, t)
         request = self.request(run, t)
