@@ -70,9 +70,9 @@ def evict(sim: Engine, run: Run, t: float) -> None:
         kept = run.timeline.iteration_start(iteration // run.spec.ckpt_every * run.spec.ckpt_every)
         run.lost_s += run.progress - kept
         run.progress = kept
-    ckpt = run.profile.checkpoint_bytes_per_gpu
-    run.delay = hw.RESTART_FIXED_S + ckpt / hw.CHECKPOINT_READ_BYTES_PER_S
-    sim.recorder.bytes_moved += ckpt * run.spec.gpus
+    slowest, total = run.profile.restart_bytes
+    run.delay = hw.RESTART_FIXED_S + slowest / hw.CHECKPOINT_READ_BYTES_PER_S
+    sim.recorder.bytes_moved += total
     run.placements = []
     run.state = State.QUEUED
     sim.queue[run.id] = None

@@ -419,9 +419,29 @@ class JobProfile:
 
     @property
     def first_load_s(self) -> float:
-        """First start: fixed start cost plus reading the bf16 weights from storage."""
-        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.spec.gpus
-        return hw.RESTART_FIXED_S + weights / hw.CHECKPOINT_READ_BYTES_PER_S
+        """First start: fixed start cost plus reading the bf16 weights from storage.
+
+        Colocated: each GPU reads its 1/G shard. Disaggregated: a rollout GPU
+        reads its weights/TP, a trainer GPU its 1/G_trainer shard, in parallel.
+        """
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM
+        if self.spec.disaggregated:
+            per_gpu = max(weights / self.size.rollout_tp, weights / self.spec.trainer_gpus)
+        else:
+            per_gpu = weights / self.spec.gpus
+        return hw.RESTART_FIXED_S + per_gpu / hw.CHECKPOINT_READ_BYTES_PER_S
+
+    @property
+    def restart_bytes(self) -> tuple[float, float]:
+        """(slowest GPU's bytes, all bytes) read to restart after an eviction:
+        the checkpoint on the trainer GPUs, and (disaggregated) weights/TP on
+        each rollout GPU."""
+        ckpt = self.checkpoint_bytes_per_gpu
+        if not self.spec.disaggregated:
+            return ckpt, ckpt * self.spec.gpus
+        weights_tp = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
+        total = ckpt * self.spec.trainer_gpus + weights_tp * self.spec.rollout_gpus
+        return max(ckpt, weights_tp), total
 
     @cached_property
     def checkpoint_bytes_per_gpu(self) -> float:
