@@ -10,7 +10,7 @@ import pytest
 from rlix.core.phases import Phase
 from rlix.core.sim import hardware as hw
 from rlix.core.sim import metrics
-from rlix.core.sim.engine import DecisionRecord, SimConfig, simulate
+from rlix.core.sim.engine import DecisionRecord, SimConfig, _dominates, simulate
 from rlix.core.sim.interference import DEFAULT, SHAPES, Interference
 from rlix.core.sim.metrics import pair_ceiling
 from rlix.core.sim.mixes import make_mix
@@ -236,3 +236,14 @@ def test_pool_idle_is_defined_where_the_docs_say() -> None:
         assert name in doc, category
         assert name in text, category
     assert "**pool idle**" in text
+
+
+def test_a_failed_gang_blocks_only_gangs_that_need_at_least_as_much_pod_by_pod() -> None:
+    assert _dominates(((8, 8), 100), ((8, 8, 8), 100))  # colocated: more pods
+    assert not _dominates(((8, 8), 100), ((8, 8), 99))  # less memory
+    # 6 + 2 GPUs failing says nothing about 3 + 3 (no pod as large as 6) ...
+    assert not _dominates(((6, 2), 100), ((3, 3), 100))
+    # ... but does about 6 + 4 and 8 + 2 + 1.
+    assert _dominates(((6, 2), 100), ((6, 4), 100))
+    assert _dominates(((6, 2), 100), ((8, 2, 1), 100))
+    assert not _dominates(((6, 2), 100), ((8,), 100))

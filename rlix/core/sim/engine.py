@@ -32,8 +32,21 @@ __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 SEGMENT, READY, ARRIVE, SAMPLE = 0, 1, 2, 3
 
 
-def _dominates(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True))
+# (each pod's GPUs, largest first; peak per-GPU MiB)
+GangShape = tuple[tuple[int, ...], int]
+
+
+def _dominates(a: GangShape, b: GangShape) -> bool:
+    """``b`` needs at least what ``a`` does: as many pods or more, its largest
+    pods each at least as large as ``a``'s, and at least ``a``'s memory. For
+    equal pods (every colocated job) that is GPUs per pod, pods and memory
+    each at least as large."""
+    (pa, ma), (pb, mb) = a, b
+    return (
+        ma <= mb
+        and len(pa) <= len(pb)
+        and all(x <= y for x, y in zip(pa, pb[: len(pa)], strict=True))
+    )
 
 
 class Simulation:
@@ -56,13 +69,15 @@ class Simulation:
         )
         self.runs = [Run(s, profile_for(s), i) for i, s in enumerate(mix.jobs)]
         self.table = self.config.interference.table()
-        # (GPUs per pod, pods, peak per-GPU MiB): a job that does not fit makes
-        # every job at least as large in all three wait in the same pass. Peak,
+        # (GPUs of each pod, peak per-GPU MiB): a job that does not fit makes
+        # every job at least as large in both wait in the same pass. Peak,
         # because the fit test (policy.fit) asks for a pod's peak phase memory:
         # keyed by the smallest phase, a job with a small rollout but a large
         # training phase would block jobs that need less at their peak.
-        self.shapes = [
-            (r.spec.gpus_per_pod, r.spec.pods, max(r.profile.memory_mib.values()))
+        # A disaggregated job's pods may differ in size, so the shape lists
+        # every pod's GPUs (largest first): dominance then compares pod by pod.
+        self.shapes: list[GangShape] = [
+            (tuple(sorted(r.spec.pod_gpus, reverse=True)), max(r.profile.memory_mib.values()))
             for r in self.runs
         ]
         self.heap: list[tuple[float, int, int, int, int]] = []
@@ -74,11 +89,11 @@ class Simulation:
         self.groups: dict[int, list[tuple[int, ...]]] = {}
         self.resume_failed_at: dict[int, tuple[tuple[int, ...], float]] = {}
         self.released = 0  # bumps whenever GPUs or memory are given back
-        self.failed_at: dict[tuple[int, int, int], int] = {}
+        self.failed_at: dict[GangShape, int] = {}
         # Preemption can newly succeed only after something starts (a new
         # potential victim) or is released.
         self.started = 0
-        self.preempt_failed_at: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+        self.preempt_failed_at: dict[tuple[GangShape, int], tuple[int, int]] = {}
         self.done = 0
         self.events = 0
         # Any disaggregated job: rates and loads are read per pod (``_pod_rate``);
@@ -322,7 +337,7 @@ class Simulation:
                     for s in waiting:
                         blocked[s] = blocked[s] or _dominates(shape, s)
             can_preempt = preempts and self._victims_exist(run)
-            memo = (*shape, run.spec.priority)
+            memo = (shape, run.spec.priority)
             epoch = (self.released, self.started)
             if not placed and can_preempt and self.preempt_failed_at.get(memo) != epoch:
                 placed = try_preempt(self, run, t)
