@@ -1,7 +1,10 @@
 """The workload model: what one RL post-training job asks of the cluster.
 
-A job is a synchronous, colocated RL loop (the verl "hybrid engine" layout: the
-rollout engine and the trainer share the same GPUs). Every iteration runs
+A job is a synchronous RL loop, by default colocated (the verl "hybrid engine"
+layout: the rollout engine and the trainer share the same GPUs) or, with
+``JobSpec.rollout_gpus``, disaggregated: a rollout pool and a trainer pool of
+their own pods, each idle while the other works (docs/simulator.md). Every
+iteration runs
 
 1. **rollout** -- decode ``prompts x samples`` responses whose lengths are
    long-tailed (lognormal, capped at ``max_response``). Decode is HBM-bandwidth
