@@ -229,3 +229,92 @@ def test_the_simulator_declares_its_jobs_load_profiles() -> None:
     # small-lab-like jobs (tail pressure ~0.97) still do not.
     assert rules.may_share(as_pod(agentic), as_pod(replace(agentic, name="a2")))
     assert not rules.may_share(as_pod(plain), as_pod(replace(plain, name="b2")))
+
+
+# Rule 5 on, scoring takes empty GPUs first and, where it must pair, the
+# partner that pays most (docs/simulator.md, "RLix's sharing rules").
+_IDLE_HALF = (("rollout", 0.5, 1.0), ("idle", 0.5, 0.0))  # a disaggregated rollout pod
+
+
+def _resident(name: str, job: str, where: str, *gpus: int, load=_IDLE_HALF):  # type: ignore[no-untyped-def]
+    return (
+        pod(name)
+        .job(job)
+        .gpus(len(gpus))
+        .memory(rollout=20 * GiB, training=20 * GiB)
+        .phase("rollout")
+        .load(*load)
+        .on(where, *gpus)
+    )
+
+
+def _trainer(name: str = "new", job: str = "new"):  # type: ignore[no-untyped-def]
+    # Training beside rollout: the complementary shape the pair terms favour.
+    return (
+        pod(name)
+        .job(job)
+        .memory(rollout=20 * GiB, training=20 * GiB)
+        .phase("training")
+        .load(*_IDLE_HALF)
+    )
+
+
+def test_with_a_matrix_a_pod_takes_an_empty_gpu_before_a_partner() -> None:
+    snap = (
+        cluster()
+        .with_nodes(node("n").gpus(2), node("e").gpus(1), node("p").gpus(1))
+        .with_pods(_resident("a-0", "a", "n", 0), _resident("b-0", "b", "p", 0))
+        .build()
+    )
+    newcomer = _trainer().build()
+    rules = SharingRules(ASSUMED_CELLS)
+    # Within a node: the empty GPU 1, not GPU 0 beside a's rollout.
+    assert score_nodes(PlacementView(snap, rules=rules), newcomer, ["n"])["n"].gpus == (1,)
+    # Across nodes: the empty node outscores the node that only offers a pair.
+    scores = score_nodes(PlacementView(snap, rules=rules), newcomer, ["e", "p"])
+    assert scores["e"].score > scores["p"].score
+    # The cluster's rules (no matrix) decide as before: the complementary partner.
+    assert score_nodes(PlacementView(snap), newcomer, ["n"])["n"].gpus == (0,)
+    default = score_nodes(PlacementView(snap), newcomer, ["e", "p"])
+    assert default["p"].score > default["e"].score
+
+
+def test_with_a_matrix_a_pod_that_must_pair_takes_the_partner_that_pays_most() -> None:
+    # GPU 0: a partner busy all the time; GPU 1: one idle half its cycle.
+    busy = (("rollout", 1.0, 1.0),)
+    snap = (
+        cluster()
+        .with_nodes(node("n").gpus(2))
+        .with_pods(_resident("a-0", "a", "n", 0, load=busy), _resident("b-0", "b", "n", 1))
+        .build()
+    )
+    rules = SharingRules(ASSUMED_CELLS)
+    newcomer = _trainer().build()
+    mine = newcomer.load_profile
+    a, b = snap.on_node("n")
+    assert sum(expected_rates(rules, mine, b.load_profile)) > sum(
+        expected_rates(rules, mine, a.load_profile)
+    )
+    assert score_nodes(PlacementView(snap, rules=rules), newcomer, ["n"])["n"].gpus == (1,)
+    # Without a matrix the pair terms tie and the lower index wins, as before.
+    assert score_nodes(PlacementView(snap), newcomer, ["n"])["n"].gpus == (0,)
+
+
+def test_with_a_matrix_a_gang_s_next_pod_pairs_with_its_placed_pods_partner() -> None:
+    # The gang's pod 0 shares with job a on node x; pod 1 prefers a on node y
+    # over b on node z: the gang moves at its slowest GPU.
+    placed = _trainer("new-0", "new").on("x", 0).build()
+    snap = (
+        cluster()
+        .with_nodes(node("x").gpus(1), node("y").gpus(1), node("z").gpus(1))
+        .with_pods(
+            _resident("a-0", "a", "x", 0),
+            _resident("a-1", "a", "y", 0),
+            _resident("b-0", "b", "z", 0),
+            placed,
+        )
+        .build()
+    )
+    second = _trainer("new-1", "new").build()
+    scores = score_nodes(PlacementView(snap, rules=SharingRules(ASSUMED_CELLS)), second, ["z", "y"])
+    assert scores["y"].score > scores["z"].score

@@ -37,7 +37,14 @@ def test_mixed_tenants_has_protected_prod_and_preemptible_others() -> None:
 def test_unknown_mix_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="small-lab"):
         make_mix("nope")
-    assert set(MIXES) == {"small-lab", "mixed-tenants", "agentic", "trace", "scale"}
+    assert set(MIXES) == {
+        "small-lab",
+        "mixed-tenants",
+        "agentic",
+        "trace",
+        "disaggregated",
+        "scale",
+    }
 
 
 def test_trace_mix_has_bursts_a_diurnal_rhythm_and_a_heavy_tail() -> None:

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from rlix.core.sim.runs import Run, State
+from rlix.core.sim.workload import COLOCATED_ROLE
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
 
 LEVELS = 16  # memory levels of the sharing index (1/16 of a GPU each)
-ROLE = "actor-rollout-ref"  # verl's colocated worker role: one pod per node
+ROLE = COLOCATED_ROLE  # verl's colocated worker role: one pod per node
 
 
 def pod_name(run: Run, k: int) -> str:
@@ -83,7 +84,7 @@ class Cluster:
 
     def attach(self, run: Run) -> None:
         """Put ``run``'s pods on their GPUs (memory resident)."""
-        low = min(run.profile.memory_mib.values())
+        low = run.profile.min_mib
         for node, gpus in run.placements:
             for g in gpus:
                 self.res[node][g].append(run.id)
@@ -93,7 +94,7 @@ class Cluster:
                 self._reindex_share(node)
 
     def detach(self, run: Run) -> None:
-        low = min(run.profile.memory_mib.values())
+        low = run.profile.min_mib
         for node, gpus in run.placements:
             self.released[node] += 1
             for g in gpus:
@@ -156,24 +157,24 @@ def pods_of(run: Run, t: float, cluster: Cluster) -> tuple[Workload, ...]:
     cached = run.pod_cache
     if cached is not None and cached[0] == key:
         return cached[1]
-    pods, per_pod = spec.pods, spec.gpus_per_pod
+    pods, profile = spec.pods, run.profile
     out = []
-    for k in range(pods):
+    for k, (role, per_pod) in enumerate(zip(spec.pod_roles, spec.pod_gpus, strict=True)):
         node, gpus = run.placements[k] if k < len(run.placements) else (None, ())
         out.append(
             Workload(
                 name=pod_name(run, k),
                 job=spec.name,
-                role=ROLE,
+                role=role,
                 gpus=per_pod,
-                memory_mib=run.profile.memory_mib,
+                memory_mib=profile.pod_memory_mib(role),
                 priority=spec.priority,
                 preemptible=spec.preemptible,
-                phase=phase,
+                phase=run.pod_phase(k, phase) if phase is not None else None,
                 node=cluster.names[node] if node is not None else None,
                 gpu_indices=gpus,
                 gang_size=pods,
-                load_profile=run.profile.load_profile,
+                load_profile=profile.pod_load_profile(role),
             )
         )
     built = tuple(out)

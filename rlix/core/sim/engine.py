@@ -32,8 +32,21 @@ __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 SEGMENT, READY, ARRIVE, SAMPLE = 0, 1, 2, 3
 
 
-def _dominates(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True))
+# (each pod's GPUs, largest first; peak per-GPU MiB)
+GangShape = tuple[tuple[int, ...], int]
+
+
+def _dominates(a: GangShape, b: GangShape) -> bool:
+    """``b`` needs at least what ``a`` does: as many pods or more, its largest
+    pods each at least as large as ``a``'s, and at least ``a``'s memory. For
+    equal pods (every colocated job) that is GPUs per pod, pods and memory
+    each at least as large."""
+    (pa, ma), (pb, mb) = a, b
+    return (
+        ma <= mb
+        and len(pa) <= len(pb)
+        and all(x <= y for x, y in zip(pa, pb[: len(pa)], strict=True))
+    )
 
 
 class Simulation:
@@ -56,13 +69,15 @@ class Simulation:
         )
         self.runs = [Run(s, profile_for(s), i) for i, s in enumerate(mix.jobs)]
         self.table = self.config.interference.table()
-        # (GPUs per pod, pods, peak per-GPU MiB): a job that does not fit makes
-        # every job at least as large in all three wait in the same pass. Peak,
+        # (GPUs of each pod, peak per-GPU MiB): a job that does not fit makes
+        # every job at least as large in both wait in the same pass. Peak,
         # because the fit test (policy.fit) asks for a pod's peak phase memory:
         # keyed by the smallest phase, a job with a small rollout but a large
         # training phase would block jobs that need less at their peak.
-        self.shapes = [
-            (r.spec.gpus_per_pod, r.spec.pods, max(r.profile.memory_mib.values()))
+        # A disaggregated job's pods may differ in size, so the shape lists
+        # every pod's GPUs (largest first): dominance then compares pod by pod.
+        self.shapes: list[GangShape] = [
+            (tuple(sorted(r.spec.pod_gpus, reverse=True)), max(r.profile.memory_mib.values()))
             for r in self.runs
         ]
         self.heap: list[tuple[float, int, int, int, int]] = []
@@ -74,14 +89,17 @@ class Simulation:
         self.groups: dict[int, list[tuple[int, ...]]] = {}
         self.resume_failed_at: dict[int, tuple[tuple[int, ...], float]] = {}
         self.released = 0  # bumps whenever GPUs or memory are given back
-        self.failed_at: dict[tuple[int, int, int], int] = {}
+        self.failed_at: dict[GangShape, int] = {}
         # Preemption can newly succeed only after something starts (a new
         # potential victim) or is released.
         self.started = 0
-        self.preempt_failed_at: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+        self.preempt_failed_at: dict[tuple[GangShape, int], tuple[int, int]] = {}
         self.done = 0
         self.events = 0
-        smallest = min(min(r.profile.memory_mib.values()) for r in self.runs)
+        # Any disaggregated job: rates and loads are read per pod (``_pod_rate``);
+        # an all-colocated mix keeps the per-job fast path.
+        self.per_pod = any(r.spec.disaggregated for r in self.runs)
+        smallest = min(r.profile.min_mib for r in self.runs)
         self.recorder = Recorder(self.cluster, self.runs, self.config.memory_mib, smallest)
 
     # -- event plumbing ------------------------------------------------------
@@ -207,6 +225,8 @@ class Simulation:
 
     def _rate(self, run: Run, seen: dict[int, tuple[float, Phase] | None]) -> float:
         """``seen`` caches co-runners' (pressure, phase) for one instant."""
+        if self.per_pod:
+            return self._pod_rate(run)
         table = self.table[run.phase_of(run.seg)]
         worst = 0.0
         for group in self._groups(run):
@@ -222,6 +242,40 @@ class Simulation:
                 if state is not None:
                     load += state[0] * table[state[1]]
             worst = max(worst, load)
+        return 1.0 / (1.0 + worst)
+
+    def pod_pressure_phase(self, run: Run, pod: int) -> tuple[float, Phase] | None:
+        """(pressure, phase) of ``run``'s pod ``pod`` now; None while it idles or
+        the job is not running (an idle pool presses on nobody)."""
+        if run.state is not State.RUNNING or run.timeline is None:
+            return None
+        seg = run.seg if run.stepping else run.segment_at(run.t_ref)
+        if not run.pod_active(pod, seg):
+            return None
+        return run.timeline.pressures[seg], run.phase_of(seg)
+
+    def _pod_rate(self, run: Run) -> float:
+        """A gang moves at its slowest *active* GPU; on each GPU the load is what
+        every other pod there (other jobs' and this job's own) presses now."""
+        assert run.timeline is not None
+        seg = run.seg
+        table = self.table[run.phase_of(seg)]
+        res = self.cluster.res
+        worst = 0.0
+        for k, (node, gpus) in enumerate(run.placements):
+            if not run.pod_active(k, seg):
+                continue
+            for g in gpus:
+                load = 0.0
+                for j in dict.fromkeys(res[node][g]):
+                    other = self.runs[j]
+                    for q in other.pods_on(node, g):
+                        if j == run.id and q == k:
+                            continue
+                        state = self.pod_pressure_phase(other, q)
+                        if state is not None:
+                            load += state[0] * table[state[1]]
+                worst = max(worst, load)
         return 1.0 / (1.0 + worst)
 
     # -- starting and stopping jobs --------------------------------------------
@@ -283,7 +337,7 @@ class Simulation:
                     for s in waiting:
                         blocked[s] = blocked[s] or _dominates(shape, s)
             can_preempt = preempts and self._victims_exist(run)
-            memo = (*shape, run.spec.priority)
+            memo = (shape, run.spec.priority)
             epoch = (self.released, self.started)
             if not placed and can_preempt and self.preempt_failed_at.get(memo) != epoch:
                 placed = try_preempt(self, run, t)
@@ -309,9 +363,9 @@ class Simulation:
         )
 
     def _try_place(self, run: Run, t: float) -> bool:
-        low = min(run.profile.memory_mib.values())
+        low = run.profile.min_mib
         nodes = self.cluster.candidates(run.spec.gpus_per_pod, low, self.config.candidates)
-        if not nodes or (not self.policy.shares_gpus and len(nodes) < run.spec.pods):
+        if not nodes or (not self.policy.shares_gpus and len(nodes) < run.spec.min_nodes):
             return False
         snapshot = self.cluster.snapshot(nodes, self.runs, t)
         request = self.request(run, t)

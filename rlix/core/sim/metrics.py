@@ -26,7 +26,10 @@ The measures that can show a gain (docs/simulator.md, "Measures"):
   redone work); above 1.0 is what sharing adds.
 * **GPU time by category** -- [0, makespan] x GPUs split exactly into useful
   (demand-weighted progress), rollout gap (progress whose demand was below 1:
-  the batch emptying in the tail, tool waits), held-not-progress (loading,
+  the batch emptying in the tail, tool waits), pool idle (only where a mix has
+  disaggregated jobs: a job's pool holding its GPUs while the job's other pool
+  works, alone-seconds x that pool's GPUs -- the rollout pool during scoring
+  and training, the trainer pool during rollout), held-not-progress (loading,
   contention, redone work; negative when overlap gains), empty while a job
   waits (queued or parked), and empty with nothing waiting (arrival gaps and
   the drain at the end).
@@ -52,6 +55,7 @@ from rlix.core.sim.workload import (
     JobSpec,
     profile_for,
 )
+from rlix.core.snapshot import PhaseLoad
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class SimResult:
     empty_waiting_gpu_s: float = 0.0  # GPU-seconds empty while a job was queued or parked
     empty_idle_gpu_s: float = 0.0  # GPU-seconds empty with nothing waiting
     max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
+    pool_idle_gpu_s: float = 0.0  # disaggregated pools idle while the other pool works
 
     @property
     def capacity(self) -> float:
@@ -101,13 +106,16 @@ class SimResult:
         total = self.gpus * self.makespan_s
         if total <= 0:
             return {}
-        return {
-            "useful": self.work_gpu_s / total,
-            "rollout gap": (self.progress_gpu_s - self.work_gpu_s) / total,
+        gap = self.progress_gpu_s - self.work_gpu_s - self.pool_idle_gpu_s
+        out = {"useful": self.work_gpu_s / total, "rollout gap": gap / total}
+        if self.pool_idle_gpu_s > 0:  # only mixes with disaggregated jobs have the row
+            out["pool idle"] = self.pool_idle_gpu_s / total
+        out.update({
             "held, not progress": (self.held_gpu_s - self.progress_gpu_s) / total,
             "empty, jobs waiting": self.empty_waiting_gpu_s / total,
             "empty, none waiting": self.empty_idle_gpu_s / total,
-        }
+        })  # fmt: skip
+        return out
 
     def by_class(self) -> dict[int, tuple[float, float, float]]:
         """priority -> (mean JCT, p95 JCT, mean stretch) over that class's jobs."""
@@ -158,6 +166,7 @@ class Recorder:
     held_gpu_s: float = 0.0
     empty_waiting_gpu_s: float = 0.0
     empty_idle_gpu_s: float = 0.0
+    pool_idle_gpu_s: float = 0.0
     last_t: float = 0.0
     alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
 
@@ -178,8 +187,14 @@ class Recorder:
     def completed(self, run: Run) -> None:
         assert run.timeline is not None
         g = run.spec.gpus
-        self.work_gpu_s += run.timeline.busy_gpu_s() * g
-        self.net_work_gpu_s += run.timeline.busy_gpu_s(skip_network=True) * g
+        if run.spec.disaggregated:  # each segment works on its active pool only
+            active = run.profile.active_gpus
+            self.work_gpu_s += run.timeline.busy_gpus_s(active)
+            self.net_work_gpu_s += run.timeline.busy_gpus_s(active, skip_network=True)
+            self.pool_idle_gpu_s += run.timeline.idle_pool_gpu_s(active, g)
+        else:
+            self.work_gpu_s += run.timeline.busy_gpu_s() * g
+            self.net_work_gpu_s += run.timeline.busy_gpu_s(skip_network=True) * g
         alone = run.timeline.total_s
         self.progress_gpu_s += alone * g
         self.load_gpu_s += run.profile.first_load_s * g
@@ -203,19 +218,44 @@ class Recorder:
         rate = run.rate if run.stepping else 1.0
         return run.timeline.demands[seg] * rate, max(mem[phase], mem[coming])
 
+    def _pod_state(self, run: Run, pod: int, t: float) -> tuple[float, int]:
+        """(delivered demand, owed MiB per GPU) of a disaggregated job's pod at ``t``:
+        its constant resident memory, and demand only while its pool works."""
+        owed = run.profile.role_memory_mib[run.spec.pod_roles[pod]]
+        if run.state is not State.RUNNING or run.timeline is None:
+            return 0.0, owed
+        seg = run.segment_at(t)
+        if not run.pod_active(pod, seg):
+            return 0.0, owed
+        rate = run.rate if run.stepping else 1.0
+        return run.timeline.demands[seg] * rate, owed
+
     def sample(self, t: float) -> None:
         cluster, cap = self.cluster, self.memory_mib
         cache: dict[int, tuple[float, int]] = {}
+        pod_cache: dict[tuple[int, int], tuple[float, int]] = {}
         busy = allocated = stranded = 0.0
         for node in cluster.occupied:
-            for holders in cluster.res[node]:
+            for g, holders in enumerate(cluster.res[node]):
                 if not holders:
                     continue
                 allocated += 1
                 demand = owed = 0.0
-                for j in holders:
+                for i, j in enumerate(holders):
+                    run = self.runs[j]
+                    if run.spec.disaggregated:  # per pod: the one(s) on this GPU
+                        if j in holders[:i]:
+                            continue  # two of its pods here: both counted below, once
+                        for q in run.pods_on(node, g):
+                            key = (j, q)
+                            if key not in pod_cache:
+                                pod_cache[key] = self._pod_state(run, q, t)
+                            d, o = pod_cache[key]
+                            demand += d
+                            owed += o
+                        continue
                     if j not in cache:
-                        cache[j] = self._job_state(self.runs[j], t)
+                        cache[j] = self._job_state(run, t)
                     d, o = cache[j]
                     demand += d
                     owed += o
@@ -265,6 +305,7 @@ class Recorder:
             empty_waiting_gpu_s=self.empty_waiting_gpu_s,
             empty_idle_gpu_s=self.empty_idle_gpu_s,
             max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
+            pool_idle_gpu_s=self.pool_idle_gpu_s,
         )
 
 
@@ -334,13 +375,19 @@ def pair_ceiling(jobs: Iterable[JobSpec], interference: Interference) -> float:
     """Best expected progress of two jobs of one priority class on a GPU (>= 1).
 
     Rule 5's own expectation (``sharing.expected_rates``: two cycles drifting
-    independently, each job's declared load profile) over every pair of job
+    independently, each pod's declared load profile) over every pair of pod
     kinds in ``jobs``; 1 where no pair beats running them one after the other.
-    An estimate for the policy class "at most two jobs per GPU, one class",
-    not a proof (docs/simulator.md).
+    Pods, not jobs, meet on a GPU: a colocated job's pods carry the job's
+    profile, a disaggregated job's rollout and trainer pods each their own
+    (idle while the other pool works), so the pairs judged are the real ones.
+    A kind is counted once per job that has it. An estimate for the policy
+    class "at most two jobs per GPU, one class", not a proof (docs/simulator.md).
     """
     rules = SharingRules(interference.cells)
-    count = Counter((s.priority, profile_for(s).load_profile) for s in jobs)
+    count: Counter[tuple[int, tuple[PhaseLoad, ...]]] = Counter()
+    for s in jobs:
+        p = profile_for(s)
+        count.update({(s.priority, p.pod_load_profile(role)) for role in s.pod_roles})
     kinds = sorted(count, key=repr)
     best = 1.0
     for i, (priority, mine) in enumerate(kinds):

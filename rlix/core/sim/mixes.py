@@ -43,6 +43,9 @@ class _Kind:
     max_response: int = 16384
     env_wait: float = 0.0
     prompts: int = 128
+    # 0: colocated; else disaggregated with this share of the GPUs decoding
+    # (JobSpec.rollout_gpus = gpus x share), the rest training.
+    rollout_share: float = 0.0
 
 
 def _draw(kinds: tuple[_Kind, ...], count: int, rng: random.Random) -> list[JobSpec]:
@@ -67,6 +70,7 @@ def _draw(kinds: tuple[_Kind, ...], count: int, rng: random.Random) -> list[JobS
                 max_response=kind.max_response,
                 env_wait=kind.env_wait,
                 index=i,
+                rollout_gpus=int(gpus * kind.rollout_share),
             )
         )
     return jobs
@@ -104,6 +108,19 @@ MIXED_TENANTS = (
 AGENTIC = (
     _Kind(0.6, "agent", (("7b", 8), ("14b", 8)), (30, 120), 0, True, 3000, 1.5, 32768, 0.35, 64),
     _Kind(0.4, "agent", (("32b", 16),), (30, 120), 0, True, 3000, 1.5, 32768, 0.35, 64),
+)
+# Issue 16: synchronous disaggregated GRPO-like jobs (separate rollout and
+# trainer pools, as verl's disaggregated mode, AReaL, StreamRL and RollMux run
+# them) beside a few colocated ones; small-lab's sizes and iteration counts.
+# Half of a disaggregated job's GPUs decode, half train: in this model a
+# rollout lasts as long as its longest response whatever the pool size, so a
+# larger rollout pool would only slow training (docs/simulator.md).
+DISAGGREGATED = (
+    _Kind(0.20, "disagg", (("1.5b", 2), ("1.5b", 4)), (30, 150), rollout_share=0.5),
+    _Kind(0.35, "disagg", (("7b", 8),), (30, 150), rollout_share=0.5),
+    _Kind(0.15, "disagg", (("14b", 8),), (30, 150), rollout_share=0.5),
+    _Kind(0.10, "disagg", (("32b", 16),), (30, 150), rollout_share=0.5),
+    _Kind(0.20, "coloc", (("7b", 8), ("14b", 8)), (30, 150)),
 )
 
 
@@ -195,6 +212,18 @@ MIXES: dict[str, tuple[str, Callable[[int], Mix]]] = {
         "64 nodes, 600 jobs drawn like mixed-tenants; diurnal, bursty arrivals and "
         "heavy-tailed (lognormal) job sizes, as in the Philly and Helios traces",
         lambda seed: _build_trace("trace", MIXES["trace"][0], nodes=64, jobs=600, seed=seed),
+    ),
+    "disaggregated": (
+        "16 nodes, 200 jobs of one class: 80% disaggregated (rollout pool = half the "
+        "GPUs, trainer pool the other half; 1.5B-32B), 20% colocated 7B/14B",
+        lambda seed: _build(
+            "disaggregated",
+            MIXES["disaggregated"][0],
+            DISAGGREGATED,
+            nodes=16,
+            jobs=200,
+            seed=seed,
+        ),
     ),
     "scale": (
         "1,000 nodes x 8 GPUs, 5,000 jobs drawn like mixed-tenants (the speed test)",

@@ -70,9 +70,9 @@ def evict(sim: Engine, run: Run, t: float) -> None:
         kept = run.timeline.iteration_start(iteration // run.spec.ckpt_every * run.spec.ckpt_every)
         run.lost_s += run.progress - kept
         run.progress = kept
-    ckpt = run.profile.checkpoint_bytes_per_gpu
-    run.delay = hw.RESTART_FIXED_S + ckpt / hw.CHECKPOINT_READ_BYTES_PER_S
-    sim.recorder.bytes_moved += ckpt * run.spec.gpus
+    slowest, total = run.profile.restart_bytes
+    run.delay = hw.RESTART_FIXED_S + slowest / hw.CHECKPOINT_READ_BYTES_PER_S
+    sim.recorder.bytes_moved += total
     run.placements = []
     run.state = State.QUEUED
     sim.queue[run.id] = None
@@ -83,9 +83,14 @@ def suspend(sim: Engine, run: Run, t: float) -> float:
     phase = run.phase_at(t) if run.state is State.RUNNING else None
     per_gpu = run.profile.memory_mib[phase] if phase else max(run.profile.memory_mib.values())
     nbytes = per_gpu * hw.MIB
+    parked = nbytes * run.spec.gpus
+    if run.spec.disaggregated:  # each pod parks what it holds (constant per role)
+        mib = run.profile.role_memory_mib
+        pods = zip(run.spec.pod_roles, run.spec.pod_gpus, strict=True)
+        parked = sum(mib[r] * hw.MIB * n for r, n in pods)
     sim.stop(run, t)
     run.state, run.suspended_at = State.SUSPENDED, t
-    run.parked_bytes = nbytes * run.spec.gpus
+    run.parked_bytes = parked
     run.delay = nbytes / sim.config.restore_bytes_per_s
     sim.recorder.bytes_moved += run.parked_bytes
     sim.suspended[run.id] = None
@@ -146,7 +151,7 @@ def _relocate(sim: Engine, run: Run, t: float) -> Admission | None:
     job that could come back in place. The decision goes through the same
     ``place_gang`` as an admission (recorded as "relocate").
     """
-    low = min(run.profile.memory_mib.values())
+    low = run.profile.min_mib
     nodes = sim.cluster.candidates(run.spec.gpus_per_pod, low, sim.config.candidates)
     if not nodes:
         return None
@@ -164,7 +169,7 @@ def _relocate(sim: Engine, run: Run, t: float) -> Admission | None:
 
 def try_preempt(sim: Engine, run: Run, t: float) -> bool:
     """Place the gang after taking lower-priority jobs off some nodes."""
-    low = min(run.profile.memory_mib.values())
+    low = run.profile.min_mib
     limit = sim.config.candidates
     nodes = dict.fromkeys(sim.cluster.candidates(run.spec.gpus_per_pod, low, limit))
     lower = sorted(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from rlix.core.phases import Phase
 from rlix.core.sim.workload import (
     ITERATION_PHASES,
+    ROLE_ACTIVE,
     SEGMENTS_PER_ITERATION,
     JobProfile,
     JobSpec,
@@ -86,3 +87,21 @@ class Run:
     @property
     def gpus(self) -> int:
         return self.spec.gpus
+
+    def pods_on(self, node: int, gpu: int) -> tuple[int, ...]:
+        """Indices of this job's pods that sit on GPU ``gpu`` of ``node``."""
+        return tuple(k for k, (n, gs) in enumerate(self.placements) if n == node and gpu in gs)
+
+    def pod_active(self, pod: int, seg: int) -> bool:
+        """Whether pod ``pod`` works in segment ``seg`` (a colocated pod always does)."""
+        if not self.spec.disaggregated:
+            return True
+        return ROLE_ACTIVE[self.spec.pod_roles[pod]][seg % SEGMENTS_PER_ITERATION]
+
+    def pod_phase(self, pod: int, phase: Phase) -> Phase:
+        """The phase pod ``pod`` is in while the job is in ``phase`` (idle or the job's)."""
+        if not self.spec.disaggregated:
+            return phase
+        role = self.spec.pod_roles[pod]
+        on = ROLE_ACTIVE[role][ITERATION_PHASES.index(phase)]
+        return phase if on else Phase.IDLE

@@ -1,7 +1,10 @@
 """The workload model: what one RL post-training job asks of the cluster.
 
-A job is a synchronous, colocated RL loop (the verl "hybrid engine" layout: the
-rollout engine and the trainer share the same GPUs). Every iteration runs
+A job is a synchronous RL loop, by default colocated (the verl "hybrid engine"
+layout: the rollout engine and the trainer share the same GPUs) or, with
+``JobSpec.rollout_gpus``, disaggregated: a rollout pool and a trainer pool of
+their own pods, each idle while the other works (docs/simulator.md). Every
+iteration runs
 
 1. **rollout** -- decode ``prompts x samples`` responses whose lengths are
    long-tailed (lognormal, capped at ``max_response``). Decode is HBM-bandwidth
@@ -89,6 +92,19 @@ TAIL_SEGMENT = 1
 # Quantiles of the longest response the declared load profile averages over
 # (docs/simulator.md, rule 5's phase-load-aware form).
 PROFILE_QUANTILES = 16
+# Pod roles. Colocated: verl's hybrid worker, one pod per node doing every
+# phase. Disaggregated: a rollout pool (the inference engine) and a trainer
+# pool ("actor": reference/old log-probs and the update), each its own pods.
+COLOCATED_ROLE = "actor-rollout-ref"
+ROLLOUT_ROLE = "rollout"
+TRAINER_ROLE = "actor"
+# Which segments (index within an iteration) each disaggregated role works in:
+# the rollout pool decodes (bulk, tail) and receives weights; the trainer pool
+# scores, trains and sends weights. In every other segment the pool is idle.
+ROLE_ACTIVE: dict[str, tuple[bool, ...]] = {
+    ROLLOUT_ROLE: (True, True, False, False, True),
+    TRAINER_ROLE: (False, False, True, True, True),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +133,10 @@ class JobSpec:
     # rollout engine take that share of the GPU up front, as vLLM does (it
     # preallocates weights + KV to the fraction whatever the batch needs).
     gpu_memory_utilization: float = 0.0
+    # Layout: 0 = colocated (every pod does every phase); n > 0 = disaggregated,
+    # a rollout pool of n GPUs and a trainer pool of the other gpus - n, each
+    # split into equal pods of at most 8 GPUs.
+    rollout_gpus: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.gpu_memory_utilization < 1.0:
@@ -124,14 +144,73 @@ class JobSpec:
                 f"job {self.name!r}: gpu_memory_utilization {self.gpu_memory_utilization} "
                 "is not in [0, 1)"
             )
+        if self.rollout_gpus == 0:
+            return
+        if not 0 < self.rollout_gpus < self.gpus:
+            raise ValueError(
+                f"job {self.name!r}: rollout_gpus {self.rollout_gpus} must lie in "
+                f"[1, gpus - 1] = [1, {self.gpus - 1}] (0: colocated)"
+            )
+        tp = MODELS[self.model].rollout_tp if self.model in MODELS else 1
+        if self.rollout_gpus % tp:
+            raise ValueError(
+                f"job {self.name!r}: rollout_gpus {self.rollout_gpus} is not a multiple of "
+                f"model {self.model}'s rollout tensor-parallel size {tp}"
+            )
+        pools = (("rollout_gpus", self.rollout_gpus), ("gpus - rollout_gpus", self.trainer_gpus))
+        for field_name, n in pools:
+            if n % _pods_of(n):
+                raise ValueError(
+                    f"job {self.name!r}: {field_name} {n} does not split into equal pods "
+                    "of at most 8 GPUs"
+                )
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.rollout_gpus > 0
+
+    @property
+    def trainer_gpus(self) -> int:
+        """GPUs that score and train: the trainer pool, or all of a colocated job's."""
+        return self.gpus - self.rollout_gpus
 
     @property
     def pods(self) -> int:
+        if self.rollout_gpus:
+            return _pods_of(self.rollout_gpus) + _pods_of(self.trainer_gpus)
         return max(1, -(-self.gpus // 8))
 
     @property
     def gpus_per_pod(self) -> int:
+        """GPUs of a pod (the smallest pod where a disaggregated job's pools differ)."""
+        if self.rollout_gpus:
+            return min(self.pod_gpus)
         return self.gpus // self.pods
+
+    @property
+    def pod_roles(self) -> tuple[str, ...]:
+        """Each pod's role, rollout pods first."""
+        if not self.rollout_gpus:
+            return (COLOCATED_ROLE,) * self.pods
+        return (ROLLOUT_ROLE,) * _pods_of(self.rollout_gpus) + (TRAINER_ROLE,) * _pods_of(
+            self.trainer_gpus
+        )
+
+    @property
+    def pod_gpus(self) -> tuple[int, ...]:
+        if not self.rollout_gpus:
+            return (self.gpus_per_pod,) * self.pods
+        r, t = _pods_of(self.rollout_gpus), _pods_of(self.trainer_gpus)
+        return (self.rollout_gpus // r,) * r + (self.trainer_gpus // t,) * t
+
+    @property
+    def min_nodes(self) -> int:
+        """Fewest 8-GPU nodes the job's pods can fit on."""
+        return max(1, -(-self.gpus // 8))
+
+
+def _pods_of(gpus: int) -> int:
+    return max(1, -(-gpus // 8))
 
 
 @dataclass(frozen=True)
@@ -179,8 +258,13 @@ class JobProfile:
         return sum(max(x - q, 0.0) for x in self._quadrature) / len(self._quadrature)
 
     @property
+    def rollout_gpus(self) -> int:
+        """GPUs that decode: the rollout pool, or all of a colocated job's."""
+        return self.spec.rollout_gpus or self.spec.gpus
+
+    @property
     def replicas(self) -> int:
-        return max(1, self.spec.gpus // self.size.rollout_tp)
+        return max(1, self.rollout_gpus // self.size.rollout_tp)
 
     @property
     def sequences(self) -> int:
@@ -234,17 +318,24 @@ class JobProfile:
     @cached_property
     def scoring_s(self) -> float:
         flops = 2 * 2 * self.size.params * self.tokens  # two forward passes
-        return flops / (self.spec.gpus * hw.H200_BF16_FLOPS * hw.SCORE_MFU)
+        return flops / (self.spec.trainer_gpus * hw.H200_BF16_FLOPS * hw.SCORE_MFU)
 
     @cached_property
     def training_s(self) -> float:
         flops = 6 * self.size.params * self.tokens
-        return flops / (self.spec.gpus * hw.H200_BF16_FLOPS * hw.TRAIN_MFU)
+        return flops / (self.spec.trainer_gpus * hw.H200_BF16_FLOPS * hw.TRAIN_MFU)
 
     @cached_property
     def weight_sync_s(self) -> float:
         per_gpu = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
-        return WEIGHT_SYNC_FIXED_S + per_gpu / hw.NVLINK_ONE_WAY_BYTES_PER_S
+        if not self.spec.disaggregated:
+            return WEIGHT_SYNC_FIXED_S + per_gpu / hw.NVLINK_ONE_WAY_BYTES_PER_S
+        # Trainer pool -> rollout pool, between pods (assumed on different
+        # nodes: the placement decides, the profile cannot know). Each rollout
+        # GPU receives its weights/TP shard; the trainer GPUs together send
+        # every replica a full copy, replicas x weights / trainer GPUs each.
+        sent = self.replicas * self.size.params * WEIGHT_BYTES_PER_PARAM / self.spec.trainer_gpus
+        return WEIGHT_SYNC_FIXED_S + max(per_gpu, sent) / hw.NODE_TO_NODE_BYTES_PER_S
 
     @cached_property
     def memory_bytes(self) -> dict[Phase, float]:
@@ -263,17 +354,102 @@ class JobProfile:
 
     @cached_property
     def memory_mib(self) -> dict[Phase, int]:
+        """Per-GPU MiB by phase; for a disaggregated job, the larger pod's (its peak)."""
+        if self.spec.disaggregated:
+            peak = max(self.role_memory_mib.values())
+            return dict.fromkeys(ITERATION_PHASES, peak)
         return {p: hw.mib(b) for p, b in self.memory_bytes.items()}
+
+    @cached_property
+    def role_memory_mib(self) -> dict[str, int]:
+        """Per-GPU MiB a disaggregated pod holds in *every* phase, by role.
+
+        Nothing is offloaded between phases in that layout: a rollout pod keeps
+        its engine (CUDA context, weights/TP, KV cache), a trainer pod its
+        training state (16 B/param over the trainer pool) and activations
+        (scoring's bf16 weights and activations fit inside that).
+        """
+        s, ctx = self.size, hw.CUDA_CONTEXT_BYTES
+        weights_tp = s.params * WEIGHT_BYTES_PER_PARAM / s.rollout_tp
+        trainer = s.params * TRAIN_BYTES_PER_PARAM / self.spec.trainer_gpus
+        return {
+            ROLLOUT_ROLE: hw.mib(ctx + weights_tp + self.kv_bytes_per_gpu),
+            TRAINER_ROLE: hw.mib(ctx + trainer + s.activations_gb * hw.GB),
+        }
+
+    @cached_property
+    def min_mib(self) -> int:
+        """The least per-GPU MiB any pod of the job holds in any phase."""
+        if self.spec.disaggregated:
+            return min(self.role_memory_mib.values())
+        return min(self.memory_mib.values())
+
+    def pod_memory_mib(self, role: str) -> dict[Phase, int]:
+        """What a pod of ``role`` declares: a disaggregated pod lists the phases it
+        works in and idle, all at its constant resident memory."""
+        if role == COLOCATED_ROLE:
+            return self.memory_mib
+        mib = self.role_memory_mib[role]
+        phases = {ITERATION_PHASES[i] for i, on in enumerate(ROLE_ACTIVE[role]) if on}
+        return {p: mib for p in (*ITERATION_PHASES, Phase.IDLE) if p in phases or p is Phase.IDLE}
+
+    @cached_property
+    def active_gpus(self) -> tuple[int, ...]:
+        """GPUs working in each segment of an iteration (all of a colocated job's)."""
+        if not self.spec.disaggregated:
+            return (self.spec.gpus,) * SEGMENTS_PER_ITERATION
+        r, t = self.spec.rollout_gpus, self.spec.trainer_gpus
+        return tuple(
+            (r if ROLE_ACTIVE[ROLLOUT_ROLE][i] else 0) + (t if ROLE_ACTIVE[TRAINER_ROLE][i] else 0)
+            for i in range(SEGMENTS_PER_ITERATION)
+        )
+
+    def pod_load_profile(self, role: str) -> tuple[PhaseLoad, ...]:
+        """A pod's segments: the job's, with those its role does not work in idle."""
+        if role == COLOCATED_ROLE:
+            return self.load_profile
+        return self._role_profiles[role]
+
+    @cached_property
+    def _role_profiles(self) -> dict[str, tuple[PhaseLoad, ...]]:
+        return {
+            role: tuple(
+                seg if on else PhaseLoad(Phase.IDLE, seg.share, 0.0)
+                for seg, on in zip(self.load_profile, ROLE_ACTIVE[role], strict=True)
+            )
+            for role in ROLE_ACTIVE
+        }
 
     @property
     def first_load_s(self) -> float:
-        """First start: fixed start cost plus reading the bf16 weights from storage."""
-        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / self.spec.gpus
-        return hw.RESTART_FIXED_S + weights / hw.CHECKPOINT_READ_BYTES_PER_S
+        """First start: fixed start cost plus reading the bf16 weights from storage.
+
+        Colocated: each GPU reads its 1/G shard. Disaggregated: a rollout GPU
+        reads its weights/TP, a trainer GPU its 1/G_trainer shard, in parallel.
+        """
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM
+        if self.spec.disaggregated:
+            per_gpu = max(weights / self.size.rollout_tp, weights / self.spec.trainer_gpus)
+        else:
+            per_gpu = weights / self.spec.gpus
+        return hw.RESTART_FIXED_S + per_gpu / hw.CHECKPOINT_READ_BYTES_PER_S
+
+    @property
+    def restart_bytes(self) -> tuple[float, float]:
+        """(slowest GPU's bytes, all bytes) read to restart after an eviction:
+        the checkpoint on the trainer GPUs, and (disaggregated) weights/TP on
+        each rollout GPU."""
+        ckpt = self.checkpoint_bytes_per_gpu
+        if not self.spec.disaggregated:
+            return ckpt, ckpt * self.spec.gpus
+        weights_tp = self.size.params * WEIGHT_BYTES_PER_PARAM / self.size.rollout_tp
+        total = ckpt * self.spec.trainer_gpus + weights_tp * self.spec.rollout_gpus
+        return max(ckpt, weights_tp), total
 
     @cached_property
     def checkpoint_bytes_per_gpu(self) -> float:
-        return self.size.params * TRAIN_BYTES_PER_PARAM / self.spec.gpus
+        """Per trainer GPU (all of a colocated job's GPUs)."""
+        return self.size.params * TRAIN_BYTES_PER_PARAM / self.spec.trainer_gpus
 
     @property
     def sequences_per_replica(self) -> int:
@@ -377,7 +553,8 @@ _DERIVED = (
     "size", "_lengths", "_quadrature", "mean_response", "bulk_tokens", "bulk_demand",
     "tail_excess_tokens", "kv_budget_bytes", "kv_bytes_per_gpu", "step_s", "scoring_s",
     "training_s", "weight_sync_s", "memory_bytes", "memory_mib", "checkpoint_bytes_per_gpu",
-    "_tail_pressure_table", "load_profile",
+    "_tail_pressure_table", "load_profile", "role_memory_mib", "min_mib", "active_gpus",
+    "_role_profiles",
 )  # fmt: skip
 _PROFILES: dict[JobSpec, JobProfile] = {}
 
@@ -454,6 +631,21 @@ class Timeline:
             d * w
             for i, (d, w) in enumerate(zip(self.durations, self.demands, strict=True))
             if not (skip_network and i % SEGMENTS_PER_ITERATION == sync)
+        )
+
+    def busy_gpus_s(self, gpus: tuple[int, ...], skip_network: bool = False) -> float:
+        """Demand-weighted GPU-seconds when segment i works on ``gpus[i % 5]`` GPUs."""
+        sync = SEGMENTS_PER_ITERATION - 1
+        return sum(
+            d * w * gpus[i % SEGMENTS_PER_ITERATION]
+            for i, (d, w) in enumerate(zip(self.durations, self.demands, strict=True))
+            if not (skip_network and i % SEGMENTS_PER_ITERATION == sync)
+        )
+
+    def idle_pool_gpu_s(self, gpus: tuple[int, ...], total: int) -> float:
+        """Alone-seconds x GPUs of a job's pools that idle while its other pool works."""
+        return sum(
+            d * (total - gpus[i % SEGMENTS_PER_ITERATION]) for i, d in enumerate(self.durations)
         )
 
     def iteration_start(self, iteration: int) -> float:

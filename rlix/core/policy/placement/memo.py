@@ -25,8 +25,10 @@ MEMO_LIMIT = 64  # answers kept per node load, all tables together (a few per po
 # pod's job where this node holds peers of it, else "", and what the sharing
 # rules read of the pod: its priority and the rules themselves).
 ShapeKey = tuple[Phase | None, int, int, str, object]
-# (complement, interleave, packing, chosen GPU indices) of a shape on one node.
-SharedTerms = tuple[float, float, float, tuple[int, ...]]
+# (complement, interleave, packing, chosen GPU indices, pair) of a shape on one
+# node; pair is None unless the rules carry an interference matrix and the
+# chosen GPUs are shared: then (expected pair progress, the partner jobs).
+SharedTerms = tuple[float, float, float, tuple[int, ...], tuple[float, frozenset[str]] | None]
 
 # Interned question keys: how many are kept before the table starts over.
 KEY_IDS_LIMIT = 4096

@@ -37,7 +37,7 @@ to 10, and the total is rounded to the integer HostPriority the scheduler wants.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -45,7 +45,7 @@ from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
 from rlix.core.policy.placement.fit import pod_demand_mib
 from rlix.core.policy.placement.loads import GPULoad, NodeLoad
 from rlix.core.policy.placement.memo import ShapeKey, SharedTerms, key_id
-from rlix.core.policy.placement.sharing import SharingRules, pair_traits
+from rlix.core.policy.placement.sharing import SharingRules, pair_progress, pair_traits
 from rlix.core.policy.placement.view import PlacementView
 from rlix.core.snapshot import Workload
 
@@ -106,6 +106,37 @@ def interleave(a: Phase | None, b: Phase | None) -> float:
     return min(d, n - d) / (n // 2)
 
 
+def _gang_partners(view: PlacementView, pod: Workload) -> frozenset[str]:
+    """The jobs running on the GPUs of ``pod``'s placed gang-mates."""
+    found: set[str] = set()
+    for w in view.job_members(pod.job):
+        if w.node is None or w.name == pod.name or w.suspended:
+            continue
+        mine = set(w.gpu_indices)
+        for r in view.snapshot.on_node(w.node):
+            if r.job != pod.job and not r.suspended and mine & set(r.gpu_indices):
+                found.add(r.job or r.name)
+    return frozenset(found)
+
+
+# Rule 5 on, a pod that must share scores in 0..PAIR_BAND, below every empty
+# placement (>= 2.975: neutral pair terms 2.5 plus some packing), so it pairs
+# only where it would otherwise wait. Pair progress maps 1.0..1.8 onto 0..1.
+PAIR_BAND = 2.0
+PAIR_SPAN = (1.0, 1.8)
+
+
+def _pair_band(pair: tuple[float, frozenset[str]], partners: frozenset[str] | None) -> float:
+    """A shared placement's total (rule 5 on): half pair progress, half gang
+    alignment (1 when the gang's placed pods share with the same jobs, 0.5 when
+    none is placed, 0 otherwise: the gang moves at its slowest GPU)."""
+    progress, jobs = pair
+    low, high = PAIR_SPAN
+    quality = min(1.0, max(0.0, (progress - low) / (high - low)))
+    aligned = NEUTRAL if partners is None else (1.0 if jobs <= partners else 0.0)
+    return PAIR_BAND * (0.5 * quality + 0.5 * aligned)
+
+
 class NodeScore(NamedTuple):
     """A node's total and the terms it came from (kept for /debug and replay).
 
@@ -146,6 +177,8 @@ class _PodContext:
     peers_domain: Mapping[str, int]
     peers_total: int
     demands: dict[int, tuple[int, bool]]  # capacity -> (demand, too big for the GPU)
+    # Rule 5 on: the jobs running beside the job's placed pods (None: none placed).
+    partners: frozenset[str] | None = None
 
     @classmethod
     def of(cls, view: PlacementView, pod: Workload) -> _PodContext:
@@ -153,7 +186,10 @@ class _PodContext:
         domain: Mapping[str, int] = {}
         if pod.job:
             here, domain = view.peers(pod.job, exclude=pod.name)
-        return cls(pod, likely_phase(pod), here, domain, sum(here.values()), {})
+        partners = None
+        if view.rules.interference is not None and here:
+            partners = _gang_partners(view, pod)
+        return cls(pod, likely_phase(pod), here, domain, sum(here.values()), {}, partners)
 
     def demand(self, capacity: int) -> tuple[int, bool]:
         found = self.demands.get(capacity)
@@ -189,9 +225,11 @@ def _shared_terms(
     gang's members) and repeated calls reuse them; None when the pod does not fit.
     The pod's GPUs come from one of the sets the sharing rules allow
     (``NodeLoad.groups_for``): the one whose residents complement the pod best.
-    Not "empty GPUs first": where the rules allow a pair at all, the model says
-    it delivers more than the pod alone would, so a good partner beats an
-    empty GPU; a same-shape one does not.
+    Without an interference matrix (``DEFAULT_RULES``, the cluster's) that is
+    not "empty GPUs first": a good partner beats an empty GPU; a same-shape one
+    does not. With one (rule 5 on: the simulator's RLix) it is: the pod takes
+    empty GPUs while the node has enough, and otherwise the shared set with
+    the highest expected pair progress (``pair_progress``), see ``_pair_band``.
     """
     gpus = pod.gpus
     memo = load.memo
@@ -206,15 +244,15 @@ def _shared_terms(
             pairs = tuple(_pair_terms(phase, g) for g in load.gpus)
             memo.remember(memo.pairs, phase, pairs)
 
+        def order(p: int) -> tuple[float, int, int]:
+            return (
+                -(WEIGHT_COMPLEMENT * pairs[p][0] + WEIGHT_INTERLEAVE * pairs[p][1]),
+                load.gpus[p].free_mib,
+                load.gpus[p].index,
+            )
+
         def ranked_in(group: tuple[int, ...]) -> list[int]:
-            return sorted(
-                group,
-                key=lambda p: (
-                    -(WEIGHT_COMPLEMENT * pairs[p][0] + WEIGHT_INTERLEAVE * pairs[p][1]),
-                    load.gpus[p].free_mib,
-                    load.gpus[p].index,
-                ),
-            )[:gpus]
+            return sorted(group, key=order)[:gpus]
 
         def value(chosen: list[int]) -> float:
             return sum(
@@ -224,11 +262,19 @@ def _shared_terms(
         # The best set by the pair terms (an empty GPU counts as neutral, so a
         # complementary partner beats it and a same-shape one loses to it);
         # ties go to the tighter memory fit, then the lower GPU index.
-        options = [ranked_in(g) for g in groups]
-        ranked = min(
-            options,
-            key=lambda o: (-value(o), sum(load.gpus[p].free_mib for p in o), load.gpus[o[0]].index),
-        )
+        pair: tuple[float, frozenset[str]] | None = None
+        if rules.interference is None:
+            options = [ranked_in(g) for g in groups]
+            ranked = min(
+                options,
+                key=lambda o: (
+                    -value(o),
+                    sum(load.gpus[p].free_mib for p in o),
+                    load.gpus[o[0]].index,
+                ),
+            )
+        else:
+            ranked, pair = _rule5_choice(load, pod, gpus, groups=groups, rules=rules, order=order)
         comp = sum(pairs[p][0] for p in ranked) / gpus
         inter = sum(pairs[p][1] for p in ranked) / gpus
         chosen = [load.gpus[p] for p in ranked]
@@ -241,8 +287,44 @@ def _shared_terms(
         else:
             tight = NEUTRAL
         pack = 0.7 * pack_gpus + 0.3 * tight
-        result = (comp, inter, pack, tuple(g.index for g in chosen))
+        result = (comp, inter, pack, tuple(g.index for g in chosen), pair)
     return memo.remember(memo.terms, key, result)
+
+
+def _running_jobs(gpu: GPULoad) -> frozenset[str]:
+    return frozenset(r.job or r.name for r in gpu.residents if not r.suspended)
+
+
+def _rule5_choice(
+    load: NodeLoad,
+    pod: Workload,
+    gpus: int,
+    *,
+    groups: list[tuple[int, ...]],
+    rules: SharingRules,
+    order: Callable[[int], tuple[float, int, int]],
+) -> tuple[list[int], tuple[float, frozenset[str]] | None]:
+    """Rule 5 on: empty GPUs first, else the best-paying pair.
+
+    An empty set big enough wins outright: a pair runs both jobs slower than
+    alone (a gang moves at its slowest GPU), so it pays only against waiting.
+    Otherwise the shared GPUs with the highest expected pair progress, worst
+    GPU of the chosen ones counting (the gang's pace); ties by the pair terms.
+    """
+    for g in groups:
+        if not _running_jobs(load.gpus[g[0]]):
+            return sorted(g, key=order)[:gpus], None
+    progress = {p: pair_progress(rules, pod, load.gpus[p].residents) for g in groups for p in g}
+    options = [sorted(g, key=lambda p: (-progress[p], *order(p)))[:gpus] for g in groups]
+    best = min(
+        options,
+        key=lambda o: (
+            -min(progress[p] for p in o),
+            sum(load.gpus[p].free_mib for p in o),
+            load.gpus[o[0]].index,
+        ),
+    )
+    return best, (min(progress[p] for p in best), _running_jobs(load.gpus[best[0]]))
 
 
 def score_load(view: PlacementView, pod: Workload, load: NodeLoad) -> NodeScore:
@@ -262,7 +344,7 @@ def _score(ctx: _PodContext, load: NodeLoad, rules: SharingRules) -> NodeScore:
     )
     if shared is None:
         return NodeScore(node=name, score=0, feasible=False)
-    comp, inter, pack, chosen = shared
+    comp, inter, pack, chosen, pair = shared
     loc = ctx.locality(load)
     # Same order of float operations as score_values, so both round alike.
     total = (
@@ -271,6 +353,8 @@ def _score(ctx: _PodContext, load: NodeLoad, rules: SharingRules) -> NodeScore:
         + WEIGHT_PACKING * pack
         + WEIGHT_LOCALITY * loc
     )
+    if pair is not None:
+        total = _pair_band(pair, ctx.partners)
     return NodeScore(
         node=name,
         score=max(0, min(MAX_SCORE, int(total + 0.5))),  # half up, not banker's
@@ -319,6 +403,10 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     """
     if pod.gpus <= 0:
         return dict.fromkeys(node_names, 0)
+    if view.rules.interference is not None:
+        # Rule 5 on (the simulator's RLix, not the extender's hot path): shared
+        # placements score in their own band, which needs the full NodeScore.
+        return {n: s.score for n, s in score_nodes(view, pod, node_names).items()}
     ctx = _PodContext.of(view, pod)
     phase, gpus = ctx.phase, pod.gpus
     rules = view.rules

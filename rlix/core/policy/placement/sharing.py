@@ -252,3 +252,22 @@ def joinable(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) 
             return False
         jobs.add(r.job or r.name)
     return len(jobs) < rules.max_jobs_per_gpu
+
+
+def pair_progress(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) -> float:
+    """The GPUs' worth of progress ``pod`` and the running residents of one GPU
+    are expected to make together (``expected_rates`` over both load profiles):
+    what the rule-5 scoring ranks partners by. A resident without a busy load
+    profile counts as ``min_pair_progress`` (all rule 5 says of it); with
+    several residents the worst pair counts. Needs ``rules.interference``.
+    """
+    worst: float | None = None
+    for r in residents:
+        if r.suspended:
+            continue
+        if _busy(pod.load_profile) and _busy(r.load_profile):
+            value = sum(_expected_rates(rules, pod.load_profile, r.load_profile))
+        else:
+            value = rules.min_pair_progress
+        worst = value if worst is None else min(worst, value)
+    return 1.0 if worst is None else worst
