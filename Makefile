@@ -123,6 +123,7 @@ demo: venv toolchain ## The one-command demo: local cluster, all of RLix, eight 
 bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/results/
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/simulate.py
+	$(PY) bench/simulate.py --mix disaggregated --no-compare
 	$(PY) bench/extender_latency.py --uvicorn
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/operator_admission.py
 	$(PY) bench/agent_latency.py
