@@ -158,6 +158,7 @@ def rows_for(runs: Runs) -> list[Row]:
             "{:.1f}",
         ),
         Row("preemptions, open", "lower", _open(lambda r: float(r.preemptions)), None, "{:.0f}"),
+        Row("rebalances, open", "lower", _open(lambda r: float(r.rebalances)), None, "{:.0f}"),
         Row(
             "work lost to eviction (GPU-h), open",
             "lower",
@@ -283,7 +284,8 @@ def _summary(r: SimResult) -> dict[str, Any]:
         "closed_per_h": r.closed_per_h, "jct_mean_s": r.jct_mean_s, "jct_p95_s": r.jct_p95_s,
         "by_class": {str(p): v for p, v in r.by_class().items()},
         "top_stretch": r.top_stretch, "categories": r.categories(), "gpu_idle": r.gpu_idle,
-        "preemptions": r.preemptions, "lost_work_gpu_h": r.lost_work_gpu_h, "events": r.events,
+        "preemptions": r.preemptions, "rebalances": r.rebalances,
+        "lost_work_gpu_h": r.lost_work_gpu_h, "events": r.events,
     }  # fmt: skip
 
 

@@ -18,6 +18,9 @@ from collections.abc import Callable
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
+from rlix.core.policy.placement.sharing import SharingRules, expected_rates
+from rlix.core.policy.rebalance import PairSplit, split_pair_gain
+from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
 from rlix.core.sim.metrics import Recorder, SimResult
 from rlix.core.sim.mixes import Mix
@@ -101,6 +104,17 @@ class Simulation:
         self.per_pod = any(r.spec.disaggregated for r in self.runs)
         smallest = min(r.profile.min_mib for r in self.runs)
         self.recorder = Recorder(self.cluster, self.runs, self.config.memory_mib, smallest)
+        # Splitting pairs onto freed GPUs (``_rebalance``): only where the
+        # sharing rules carry an interference matrix (the benchmark's RLix).
+        rules = getattr(self.policy, "rules", None)
+        self.rebalance_rules: SharingRules | None = (
+            rules
+            if isinstance(rules, SharingRules)
+            and rules.interference is not None
+            and self.policy.shares_gpus
+            else None
+        )
+        self.rebalanced_at = -1  # ``released`` as of the last look
 
     # -- event plumbing ------------------------------------------------------
     def _push(self, t: float, kind: int, job: int = -1, version: int = 0) -> None:
@@ -349,6 +363,139 @@ class Simulation:
                     del waiting[shape]
             elif not can_preempt and all(blocked.get(s, False) for s in waiting):
                 break  # nothing behind this job can fit or preempt in this pass
+        if (
+            self.rebalance_rules is not None
+            and not self.queue
+            and not self.suspended
+            and self.rebalanced_at != self.released
+        ):
+            self._rebalance(t)
+
+    # -- splitting pairs onto freed GPUs ----------------------------------------
+    def _rebalance(self, t: float) -> None:
+        """GPUs were released and nobody waits: move whole gangs out of pairs
+        onto empty GPUs where ``split_pair_gain`` says it pays, best first."""
+        rules = self.rebalance_rules
+        assert rules is not None
+        candidates: list[tuple[float, int]] = []
+        for run in self.runs:
+            if run.state is not State.RUNNING or not run.stepping:
+                continue
+            partners = {k for group in self._groups(run) for k in group} - {run.id}
+            if len(partners) != 1:
+                continue
+            partner = self.runs[next(iter(partners))]
+            if partner.state is not State.RUNNING:
+                continue
+            split = self._split(run, partner, t, rules, self._copy_floor_s(run, t))
+            if split is not None and split_pair_gain(split) is not None:
+                candidates.append((-(split_pair_gain(split) or 0.0), run.id))
+        moved: set[int] = set()
+        for _, jid in sorted(candidates):
+            run = self.runs[jid]
+            if jid in moved or run.state is not State.RUNNING or not run.stepping:
+                continue
+            partners = {k for group in self._groups(run) for k in group} - {run.id}
+            if len(partners) != 1 or partners & moved:
+                continue
+            partner = self.runs[next(iter(partners))]
+            planned = self._plan_move(run, t)
+            if planned is None:
+                continue
+            admission, copy_s, nbytes, record = planned
+            split = self._split(run, partner, t, rules, copy_s)
+            if split is None or split_pair_gain(split) is None:
+                continue
+            if self.trace is not None:
+                self.trace(record)
+            moved |= {jid, partner.id}
+            self.recorder.rebalances += 1
+            self.recorder.bytes_moved += nbytes
+            self.stop(run, t)
+            run.preempted -= 1  # a move, not a preemption
+            run.delay = copy_s
+            self.start(run, admission, t)
+        self.rebalanced_at = self.released
+
+    def _split(
+        self, run: Run, partner: Run, t: float, rules: SharingRules, copy_s: float
+    ) -> PairSplit | None:
+        """The candidate move as numbers: remaining work and expected paired rates
+        (``expected_rates`` over the pods that share a GPU; the slowest counts)."""
+        assert run.timeline is not None and partner.timeline is not None
+        mine = pods_of(run, t, self.cluster)
+        theirs = pods_of(partner, t, self.cluster)
+        rate_m = rate_p = 1.0
+        for k, (node, gpus) in enumerate(run.placements):
+            for q, (pnode, pgpus) in enumerate(partner.placements):
+                if pnode == node and set(gpus) & set(pgpus):
+                    a, b = expected_rates(rules, mine[k].load_profile, theirs[q].load_profile)
+                    rate_m, rate_p = min(rate_m, a), min(rate_p, b)
+        if rate_m >= 1.0:
+            return None
+        return PairSplit(
+            run.timeline.total_s - run.position(t),
+            rate_m,
+            partner.timeline.total_s - partner.position(t),
+            rate_p,
+            copy_s,
+            run.spec.gpus,
+            self.cluster.total_gpus - self.cluster.held,
+        )
+
+    def _pod_bytes_per_gpu(self, run: Run, k: int, t: float) -> float:
+        """Resident bytes per GPU of ``run``'s pod ``k`` now (as ``suspend`` parks)."""
+        if run.spec.disaggregated:
+            return run.profile.role_memory_mib[run.spec.pod_roles[k]] * hw.MIB
+        return run.profile.memory_mib[run.phase_at(t)] * hw.MIB
+
+    def _copy_floor_s(self, run: Run, t: float) -> float:
+        """The least a move can cost: out and back in on the same node."""
+        per_gpu = max(self._pod_bytes_per_gpu(run, k, t) for k in range(len(run.placements)))
+        return per_gpu / self.config.suspend_bytes_per_s + per_gpu / self.config.restore_bytes_per_s
+
+    def _plan_move(
+        self, run: Run, t: float
+    ) -> tuple[Admission, float, float, DecisionRecord] | None:
+        """Where ``run``'s gang would go if it left its GPUs now (the policy's
+        choice, as for an admission), if every GPU chosen is empty; with the
+        copy time (pods copy in parallel; the gang waits for the slowest) and
+        the bytes moved, and the decision to record ("rebalance") if it is taken."""
+        saved, released = run.placements, list(self.cluster.released)
+        self.cluster.detach(run)
+        try:
+            nodes = self.cluster.candidates(
+                run.spec.gpus_per_pod, run.profile.min_mib, self.config.candidates
+            )
+            if not nodes:
+                return None
+            snapshot = self.cluster.snapshot(nodes, self.runs, t)
+            request = self.request(run, t)
+            admission, _ = place_gang(snapshot, request, self.policy)
+        finally:
+            run.placements = saved
+            self.cluster.attach(run)
+            self.cluster.released[:] = released
+        if not admission.admitted:
+            return None
+        res = self.cluster.res
+        copy_s = nbytes = 0.0
+        for k, p in enumerate(admission.placements):
+            node = self.cluster.index[p.node]
+            if any(res[node][g] for g in p.gpus):
+                return None  # would share (or land on its own GPUs): not a split
+            old_node, old_gpus = saved[k]
+            per_gpu = self._pod_bytes_per_gpu(run, k, t)
+            pod_s = per_gpu / self.config.suspend_bytes_per_s
+            pod_s += per_gpu / self.config.restore_bytes_per_s
+            if node != old_node:
+                if self.config.relocate_bytes_per_s <= 0:
+                    return None
+                pod_s += per_gpu * len(old_gpus) / self.config.relocate_bytes_per_s
+            copy_s = max(copy_s, pod_s)
+            nbytes += 2 * per_gpu * len(old_gpus)
+        record = DecisionRecord(t, "rebalance", snapshot, request, admission)
+        return admission, copy_s, nbytes, record
 
     def _victims_exist(self, run: Run) -> bool:
         return any(n > 0 and p < run.spec.priority for p, n in self.running_priorities.items())

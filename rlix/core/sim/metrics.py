@@ -76,6 +76,7 @@ class SimResult:
     lost_work_gpu_h: float
     events: int
     jct_s: tuple[float, ...] = ()
+    rebalances: int = 0  # pairs split onto freed GPUs (simulator's RLix with a matrix)
     series: tuple[tuple[float, float, float], ...] = ()  # (t, busy share, allocated share)
     work_gpu_s: float = 0.0
     critical_s: float = 0.0  # latest arrival + alone duration over all jobs
@@ -156,6 +157,7 @@ class Recorder:
     smallest_pod_mib: int
     bytes_moved: float = 0.0
     preemptions: int = 0
+    rebalances: int = 0
     samples: list[tuple[float, float, float, float]] = field(default_factory=list)
     work_gpu_s: float = 0.0
     critical_s: float = 0.0
@@ -287,6 +289,7 @@ class Recorder:
             jct_mean_s=sum(jct) / len(jct) if jct else 0.0,
             jct_p95_s=percentile(jct, 0.95),
             preemptions=self.preemptions,
+            rebalances=self.rebalances,
             bytes_moved=self.bytes_moved,
             suspended_h=sum(r.suspended_s for r in runs) / 3600,
             lost_work_gpu_h=sum(r.lost_s * r.spec.gpus for r in runs) / 3600,

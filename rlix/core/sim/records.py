@@ -31,7 +31,7 @@ class DecisionRecord:
     """One decision and the exact input it was made on (for replay tests)."""
 
     time: float
-    kind: str  # "admit" | "preempt" | "resume" | "relocate"
+    kind: str  # "admit" | "preempt" | "resume" | "relocate" | "rebalance"
     snapshot: ClusterSnapshot
     request: GangRequest
     admission: Admission

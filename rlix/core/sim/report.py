@@ -45,6 +45,7 @@ ROWS: tuple[Row, ...] = (
         "{:.2f}",
     ),
     Row("preemptions", "lower", lambda r: float(r.preemptions), lambda b: 0.0, "{:.0f}"),
+    Row("rebalances", "lower", lambda r: float(r.rebalances), lambda b: 0.0, "{:.0f}"),
     Row("bytes moved (GB)", "lower", lambda r: r.bytes_moved / 1e9, lambda b: 0.0, "{:.0f}"),
     Row("suspended (job-h)", "lower", lambda r: r.suspended_h, lambda b: 0.0),
     Row("work lost to eviction (GPU-h)", "lower", lambda r: r.lost_work_gpu_h, lambda b: 0.0),
