@@ -379,26 +379,19 @@ class Simulation:
         assert rules is not None
         candidates: list[tuple[float, int]] = []
         for run in self.runs:
-            if run.state is not State.RUNNING or not run.stepping:
-                continue
-            partners = {k for group in self._groups(run) for k in group} - {run.id}
-            if len(partners) != 1:
-                continue
-            partner = self.runs[next(iter(partners))]
-            if partner.state is not State.RUNNING:
+            partner = self._sole_partner(run)
+            if partner is None or partner.state is not State.RUNNING:
                 continue
             split = self._split(run, partner, t, rules, self._copy_floor_s(run, t))
-            if split is not None and split_pair_gain(split) is not None:
-                candidates.append((-(split_pair_gain(split) or 0.0), run.id))
+            gain = split_pair_gain(split) if split is not None else None
+            if gain is not None:
+                candidates.append((-gain, run.id))
         moved: set[int] = set()
         for _, jid in sorted(candidates):
             run = self.runs[jid]
-            if jid in moved or run.state is not State.RUNNING or not run.stepping:
+            partner = self._sole_partner(run) if jid not in moved else None
+            if partner is None or partner.id in moved:
                 continue
-            partners = {k for group in self._groups(run) for k in group} - {run.id}
-            if len(partners) != 1 or partners & moved:
-                continue
-            partner = self.runs[next(iter(partners))]
             planned = self._plan_move(run, t)
             if planned is None:
                 continue
@@ -416,6 +409,17 @@ class Simulation:
             run.delay = copy_s
             self.start(run, admission, t)
         self.rebalanced_at = self.released
+
+    def _sole_partner(self, run: Run) -> Run | None:
+        """The one other job ``run`` shares GPUs with, if it runs sharing exactly one."""
+        if run.state is not State.RUNNING or not run.stepping:
+            return None
+        partners = {k for group in self._groups(run) for k in group} - {run.id}
+        return self.runs[next(iter(partners))] if len(partners) == 1 else None
+
+    def _out_and_back_s(self, per_gpu: float) -> float:
+        """One GPU's bytes copied to host memory and back (as suspension and resume)."""
+        return per_gpu / self.config.suspend_bytes_per_s + per_gpu / self.config.restore_bytes_per_s
 
     def _split(
         self, run: Run, partner: Run, t: float, rules: SharingRules, copy_s: float
@@ -452,7 +456,7 @@ class Simulation:
     def _copy_floor_s(self, run: Run, t: float) -> float:
         """The least a move can cost: out and back in on the same node."""
         per_gpu = max(self._pod_bytes_per_gpu(run, k, t) for k in range(len(run.placements)))
-        return per_gpu / self.config.suspend_bytes_per_s + per_gpu / self.config.restore_bytes_per_s
+        return self._out_and_back_s(per_gpu)
 
     def _plan_move(
         self, run: Run, t: float
@@ -486,8 +490,7 @@ class Simulation:
                 return None  # would share (or land on its own GPUs): not a split
             old_node, old_gpus = saved[k]
             per_gpu = self._pod_bytes_per_gpu(run, k, t)
-            pod_s = per_gpu / self.config.suspend_bytes_per_s
-            pod_s += per_gpu / self.config.restore_bytes_per_s
+            pod_s = self._out_and_back_s(per_gpu)
             if node != old_node:
                 if self.config.relocate_bytes_per_s <= 0:
                     return None
