@@ -127,6 +127,15 @@ def _running_on(cluster: DevCluster, namespace: str, name: str) -> str | None:
     return node if phase == "Running" and node else None
 
 
+def _apply_and_run(
+    cluster: DevCluster, namespace: str, pod: dict[str, Any], what: str, *, timeout_s: float = 90
+) -> str:
+    """Apply ``pod`` and wait until it runs; the node it runs on."""
+    apply(cluster, namespace, pod)
+    name = pod["metadata"]["name"]
+    return wait_for(what, lambda: _running_on(cluster, namespace, name), timeout_s=timeout_s)
+
+
 def test_rollout_pod_lands_beside_training_not_beside_rollout(
     local_cluster: DevCluster, namespace: str, extender: ExtenderProcess
 ) -> None:
@@ -170,12 +179,7 @@ def test_rollout_pod_lands_beside_training_not_beside_rollout(
     ranking = [r["node"] for r in replay(snapshot, pending)["ranking"]]
     assert ranking[:2] == [NODES[0], NODES[1]], ranking
 
-    apply(local_cluster, namespace, new)
-    node = wait_for(
-        "the new rollout pod to run",
-        lambda: _running_on(local_cluster, namespace, "new-rollout"),
-        timeout_s=90,
-    )
+    node = _apply_and_run(local_cluster, namespace, new, "the new rollout pod to run")
     assert node == NODES[0], f"rollout pod landed on {node}, not beside the training pod"
 
 
@@ -234,19 +238,11 @@ def test_node_without_gpu_memory_is_rejected_with_a_readable_reason(
         assert pod_phase_and_node(local_cluster, namespace, "big") == ("Pending", "")
 
         # The node itself is fine: a pod that fits in what is left lands there.
-        apply(
-            local_cluster,
-            namespace,
-            rlix_pod(
-                "small", job="delta", role="rollout", phase="rollout",
-                gpus=1, memory_mib=4000, node_selector=pin,
-            ),
+        small = rlix_pod(
+            "small", job="delta", role="rollout", phase="rollout",
+            gpus=1, memory_mib=4000, node_selector=pin,
         )  # fmt: skip
-        node = wait_for(
-            "the small pod to run",
-            lambda: _running_on(local_cluster, namespace, "small"),
-            timeout_s=90,
-        )
+        node = _apply_and_run(local_cluster, namespace, small, "the small pod to run")
         assert node == target
         assert pod_phase_and_node(local_cluster, namespace, "big") == ("Pending", "")
     finally:
@@ -373,19 +369,14 @@ def test_kube_scheduler_evicts_for_a_plain_pod_only_and_picks_the_rollout(
         assert _running_on(local_cluster, namespace, "rlix-urgent") is None
         local_cluster.kubectl("delete", "pod", "rlix-urgent", "-n", namespace, "--wait=true")
 
-        apply(
-            local_cluster,
-            namespace,
-            rlix_pod(
-                "urgent", job=None, role="trainer", phase="training",
-                gpus=4, memory_mib=60000, priority_class=high,
-            ),
+        plain = rlix_pod(
+            "urgent", job=None, role="trainer", phase="training",
+            gpus=4, memory_mib=60000, priority_class=high,
         )  # fmt: skip
-        node = wait_for(
-            "the plain urgent pod to run after preemption",
-            lambda: _running_on(local_cluster, namespace, "urgent"),
+        node = _apply_and_run(
+            local_cluster, namespace, plain, "the plain urgent pod to run after preemption",
             timeout_s=120,
-        )
+        )  # fmt: skip
         assert node == NODES[0]
         assert not _exists(local_cluster, namespace, "rollout"), (
             "the rollout pod must be the victim"

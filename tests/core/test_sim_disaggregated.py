@@ -12,11 +12,11 @@ from rlix.core.sim import hardware as hw
 from rlix.core.sim import metrics
 from rlix.core.sim.engine import DecisionRecord, SimConfig, _dominates, simulate
 from rlix.core.sim.interference import DEFAULT, SHAPES, Interference
-from rlix.core.sim.metrics import pair_ceiling
+from rlix.core.sim.metrics import SimResult, pair_ceiling
 from rlix.core.sim.mixes import make_mix
 from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler, kube_default
 from rlix.core.sim.schedulers import rlix as rlix_scheduler
-from rlix.core.sim.workload import MODELS, JobProfile, JobSpec, profile_for
+from rlix.core.sim.workload import MODELS, JobProfile, JobSpec, Timeline, profile_for
 from rlix.core.snapshot import ClusterSnapshot, Workload
 from tests.core.test_sim_helpers import MemoryShare, mix_of, spec
 
@@ -156,22 +156,27 @@ def test_a_disaggregated_job_alone_runs_its_alone_duration(make: object) -> None
     assert categories["useful"] == pytest.approx(work / (8 * result.makespan_s))
 
 
+def _two_pinned(*where: tuple[str, tuple[int, ...]]) -> tuple[JobSpec, SimResult, Timeline]:
+    """Two identical disaggregated jobs (same arrival: lock-step) on pinned GPUs of
+    one node, under the matrix where pairs pay: job a, the run, a's timeline."""
+    a, b = disagg("t/a", 0), disagg("t/b", 1)
+    pinned = Scheduler("pinned", Pinned(where=where), QueueOrder.FIFO, Preemption.NONE)
+    result = simulate(mix_of(a, b), pinned, SimConfig(interference=PAYS))
+    return a, result, JobProfile(a).timeline(0)
+
+
 def test_trainer_pods_sharing_gpus_slow_each_other_only_while_both_train() -> None:
     # A and B: rollout pools on GPUs 0-1 and 2-3, both trainer pools on 4-7.
     # Same arrival, same job: lock-step. Rollout segments run at full speed
     # (the trainer pools idle, press on nobody); scoring and training are
     # slowed by the other trainer (I[compute][compute]), weight sync by the
     # other's sync on the trainer GPUs.
-    a, b = disagg("t/a", 0), disagg("t/b", 1)
-    where = (
+    a, result, timeline = _two_pinned(
         ("t/a/p0", (0, 1)),
         ("t/b/p0", (2, 3)),
         ("t/a/p1", (4, 5, 6, 7)),
         ("t/b/p1", (4, 5, 6, 7)),
     )
-    pinned = Scheduler("pinned", Pinned(where=where), QueueOrder.FIFO, Preemption.NONE)
-    result = simulate(mix_of(a, b), pinned, SimConfig(interference=PAYS))
-    timeline = JobProfile(a).timeline(0)
     expected = load_s(a)
     for i, (d, p) in enumerate(zip(timeline.durations, timeline.pressures, strict=True)):
         phase = (None, None, Phase.SCORING, Phase.TRAINING, Phase.WEIGHT_SYNC)[i % 5]
@@ -194,16 +199,12 @@ def test_one_jobs_rollout_pool_fills_the_others_idle_trainer_gpus() -> None:
     # partner idles whenever it works, so only weight sync (both pools busy)
     # is slowed. Reading a job's own idle pods, or a partner's idle pod as
     # pressing, would slow rollouts or training too.
-    a, b = disagg("t/a", 0), disagg("t/b", 1)
-    where = (
+    a, result, timeline = _two_pinned(
         ("t/a/p0", (0, 1)),
         ("t/a/p1", (4, 5, 6, 7)),
         ("t/b/p0", (4, 5)),
         ("t/b/p1", (0, 1, 2, 3)),
     )
-    pinned = Scheduler("pinned", Pinned(where=where), QueueOrder.FIFO, Preemption.NONE)
-    result = simulate(mix_of(a, b), pinned, SimConfig(interference=PAYS))
-    timeline = JobProfile(a).timeline(0)
     expected = load_s(a)
     for i, (d, p) in enumerate(zip(timeline.durations, timeline.pressures, strict=True)):
         expected += d * (1 + p * 0.5) if i % 5 == 4 else d
