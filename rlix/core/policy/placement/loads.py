@@ -45,6 +45,12 @@ def next_phase(phase: Phase | None) -> Phase | None:
     return ITERATION_ORDER[(ITERATION_ORDER.index(phase) + 1) % len(ITERATION_ORDER)]
 
 
+def running_jobs(residents: Iterable[Workload]) -> frozenset[str]:
+    """The jobs (a pod without one: the pod) running on a GPU, parked pods left out:
+    who a pod placed there would share with."""
+    return frozenset(r.job or r.name for r in residents if not r.suspended)
+
+
 def owed_mib(workload: Workload, capacity_mib: int) -> int:
     """Per-GPU memory ``workload`` must be able to hold on a GPU of ``capacity_mib``."""
     if workload.peak_memory_mib <= 0:
@@ -215,7 +221,7 @@ class NodeLoad:
                 residents = self.gpus[p].residents
                 if residents and not joinable(rules, pod, residents):
                     continue
-                jobs = frozenset(r.job or r.name for r in residents if not r.suspended)
+                jobs = running_jobs(residents)
                 sets.setdefault(jobs, []).append(p)
             ordered = sorted(sets.items(), key=lambda kv: (bool(kv[0]), sorted(kv[0])))
             found = tuple(tuple(ps) for _, ps in ordered)

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from rlix.core.phases import ITERATION_ORDER, Phase, Shape, shape_of
 from rlix.core.policy.placement.fit import pod_demand_mib
-from rlix.core.policy.placement.loads import GPULoad, NodeLoad
+from rlix.core.policy.placement.loads import GPULoad, NodeLoad, running_jobs
 from rlix.core.policy.placement.memo import ShapeKey, SharedTerms, key_id
 from rlix.core.policy.placement.sharing import SharingRules, pair_progress, pair_traits
 from rlix.core.policy.placement.view import PlacementView
@@ -291,10 +291,6 @@ def _shared_terms(
     return memo.remember(memo.terms, key, result)
 
 
-def _running_jobs(gpu: GPULoad) -> frozenset[str]:
-    return frozenset(r.job or r.name for r in gpu.residents if not r.suspended)
-
-
 def _rule5_choice(
     load: NodeLoad,
     pod: Workload,
@@ -312,7 +308,7 @@ def _rule5_choice(
     GPU of the chosen ones counting (the gang's pace); ties by the pair terms.
     """
     for g in groups:
-        if not _running_jobs(load.gpus[g[0]]):
+        if not running_jobs(load.gpus[g[0]].residents):
             return sorted(g, key=order)[:gpus], None
     progress = {p: pair_progress(rules, pod, load.gpus[p].residents) for g in groups for p in g}
     options = [sorted(g, key=lambda p: (-progress[p], *order(p)))[:gpus] for g in groups]
@@ -324,7 +320,7 @@ def _rule5_choice(
             load.gpus[o[0]].index,
         ),
     )
-    return best, (min(progress[p] for p in best), _running_jobs(load.gpus[best[0]]))
+    return best, (min(progress[p] for p in best), running_jobs(load.gpus[best[0]].residents))
 
 
 def score_load(view: PlacementView, pod: Workload, load: NodeLoad) -> NodeScore:
