@@ -89,6 +89,10 @@ class PodBuilder:
         profile = tuple(PhaseLoad(Phase(ph), share, p) for ph, share, p in segments)
         return PodBuilder(replace(self.w, load_profile=profile))
 
+    def work_left(self, gpu_s: float) -> PodBuilder:
+        """Expected GPU-seconds its job has left (``policy.ordering``)."""
+        return PodBuilder(replace(self.w, work_left=gpu_s))
+
     def on(self, node_name: str, *gpu_indices: int) -> PodBuilder:
         return PodBuilder(replace(self.w, node=node_name, gpu_indices=tuple(gpu_indices)))
 

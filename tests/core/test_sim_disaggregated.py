@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -221,8 +221,10 @@ def test_pair_ceiling_judges_pods_not_jobs() -> None:
 
 
 def test_small_lab_seed_0_is_unchanged() -> None:
-    # Read before disaggregated jobs existed (commit d27cd00), rlix, open arrivals.
-    result = simulate(make_mix("small-lab", seed=0), rlix_scheduler(DEFAULT))
+    # Read before disaggregated jobs existed (commit d27cd00), rlix, open arrivals,
+    # in the queue order RLix had then (priority, arrival; ordering by size came later).
+    fifo = replace(rlix_scheduler(DEFAULT), order=QueueOrder.PRIORITY)
+    result = simulate(make_mix("small-lab", seed=0), fifo)
     assert result.makespan_s == pytest.approx(329009.8416985172, rel=1e-12)
     assert result.jct_mean_s == pytest.approx(37995.52160326645, rel=1e-12)
     assert "pool idle" not in result.categories()

@@ -5,8 +5,10 @@ job with 3 of its 4 pods placed holds GPUs while doing nothing, and two such
 half-placed jobs can deadlock a cluster. Admission therefore places all pods of
 a job on a what-if copy of the snapshot and admits only if the last one fits.
 
-Why this order: higher priority first, then earlier arrival (FIFO within a
-priority), then name, so the same queue always gives the same answer. A job
+Why this order: higher priority first; inside a priority, the job that would
+set the finish, then the least expected work left (``rlix.core.policy.ordering``;
+jobs of unknown size keep arrival order ahead of them), then name, so the same
+queue always gives the same answer. A job
 that does not fit does not block smaller jobs behind it (Kueue's
 BestEffortFIFO): a strict head-of-line queue idles GPUs that a small job could
 use, while a large waiting job's starvation is bounded by preemption instead.
@@ -25,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from rlix.core.policy.ordering import class_key
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.snapshot import ClusterSnapshot, Workload
 
@@ -37,6 +40,10 @@ class GangRequest:
     priority: int
     arrival: float  # seconds or any monotonic sequence number
     pods: tuple[Workload, ...]
+    # Expected GPU-seconds of work left (0: unknown) and whether the job would
+    # set the finish if started later (``rlix.core.policy.ordering``).
+    work_left: float = 0.0
+    critical: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +84,10 @@ class Admission:
 
 
 def queue_order(requests: Iterable[GangRequest]) -> list[GangRequest]:
-    """Priority (high first), then arrival, then name."""
-    return sorted(requests, key=lambda r: (-r.priority, r.arrival, r.job))
+    """Priority (high first), then ``ordering.class_key`` inside it, then name."""
+    return sorted(
+        requests, key=lambda r: (*class_key(r.priority, r.work_left, r.critical, r.arrival), r.job)
+    )
 
 
 def summarize_reasons(verdicts: dict[str, str | None]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rlix.core.policy.ordering import displaces
 from rlix.core.policy.placement import (
     NodeLoad,
     PlacementView,
@@ -103,11 +104,18 @@ class RLixPolicy:
         self, snapshot: ClusterSnapshot, pod: Workload, node: str
     ) -> tuple[Workload, ...] | None:
         # The stand-in for kube-scheduler's proposal (it would remove every
-        # lower-priority pod, then reprieve what it can): preemptible pods
+        # lower-priority pod, then reprieve what it can; parking in place may
+        # also take a far larger job of the pod's own class, ordering.displaces,
+        # lower classes still first by the sort below): preemptible pods
         # first, so a non-preemptible neighbour of lower priority does not
         # inflate the GPUs the victims must free and hide a valid parking.
         residents = sorted(
-            (w for w in snapshot.on_node(node) if not w.suspended and w.priority < pod.priority),
+            (
+                w
+                for w in snapshot.on_node(node)
+                if not w.suspended
+                and displaces(pod.priority, pod.work_left, w.priority, w.work_left)
+            ),
             key=lambda w: (not w.preemptible, w.priority, w.name),
         )
         n = snapshot.nodes[node]

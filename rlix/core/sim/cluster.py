@@ -12,6 +12,7 @@ from a cluster smaller than the sample; at scale they bound the work.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from rlix.core.sim.runs import Run, State
@@ -153,7 +154,10 @@ def pods_of(run: Run, t: float, cluster: Cluster) -> tuple[Workload, ...]:
     spec, phase = run.spec, None
     if run.state is State.RUNNING:
         phase = run.phase_at(t)
-    key = (phase, run.state, tuple(run.placements))
+    # Work left changes with every step: keyed by its power of sqrt(2), which
+    # is all the same-class displacement test (a factor of 2) can tell apart.
+    left = run.reported_left()
+    key = (phase, run.state, tuple(run.placements), round(2 * math.log2(left)) if left else None)
     cached = run.pod_cache
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -175,6 +179,7 @@ def pods_of(run: Run, t: float, cluster: Cluster) -> tuple[Workload, ...]:
                 gpu_indices=gpus,
                 gang_size=pods,
                 load_profile=profile.pod_load_profile(role),
+                work_left=left,
             )
         )
     built = tuple(out)

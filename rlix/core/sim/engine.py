@@ -18,12 +18,13 @@ from collections.abc import Callable
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
+from rlix.core.policy.ordering import class_key, is_critical
 from rlix.core.policy.placement.sharing import SharingRules, expected_rates
 from rlix.core.policy.rebalance import PairSplit, split_pair_gain
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
 from rlix.core.sim.metrics import Recorder, SimResult
-from rlix.core.sim.mixes import Mix
+from rlix.core.sim.mixes import Mix, expected_gpu_s
 from rlix.core.sim.preempting import try_preempt, try_resume
 from rlix.core.sim.records import DecisionRecord, SimConfig
 from rlix.core.sim.runs import Run, State
@@ -71,6 +72,10 @@ class Simulation:
             mix.nodes, mix.gpus_per_node, self.config.memory_mib, self.policy.shares_gpus
         )
         self.runs = [Run(s, profile_for(s), i) for i, s in enumerate(mix.jobs)]
+        self.by_size = scheduler.order is QueueOrder.SHORTEST
+        if self.by_size:
+            for r in self.runs:
+                r.work_gpu_s = expected_gpu_s(r.spec)
         self.table = self.config.interference.table()
         # (GPUs of each pod, peak per-GPU MiB): a job that does not fit makes
         # every job at least as large in both wait in the same pass. Peak,
@@ -96,7 +101,7 @@ class Simulation:
         # Preemption can newly succeed only after something starts (a new
         # potential victim) or is released.
         self.started = 0
-        self.preempt_failed_at: dict[tuple[GangShape, int], tuple[int, int]] = {}
+        self.preempt_failed_at: dict[tuple[GangShape, int, int], tuple[int, int]] = {}
         self.done = 0
         self.events = 0
         # Any disaggregated job: rates and loads are read per pod (``_pod_rate``);
@@ -327,12 +332,25 @@ class Simulation:
         self._refresh(neighbours, t)
 
     # -- scheduling ----------------------------------------------------------------
-    def queue_key(self, run: Run) -> tuple[float, float, int]:
+    def queue_key(self, run: Run) -> tuple[object, ...]:
         if self.scheduler.order is QueueOrder.FIFO:
             return (0.0, run.spec.arrival_s, run.id)
+        if self.by_size:
+            left, arrival = run.work_left(), run.spec.arrival_s
+            return (*class_key(run.spec.priority, left, run.critical, arrival), run.id)
         return (-run.spec.priority, run.spec.arrival_s, run.id)
 
+    def _mark_critical(self, t: float) -> None:
+        """Which jobs would set the finish if started later (``ordering.is_critical``)."""
+        live = [r for r in self.runs if r.state is not State.DONE and r.spec.arrival_s <= t]
+        backlog = sum(r.work_left() for r in live)
+        gpus = self.cluster.total_gpus
+        for r in live:
+            r.critical = is_critical(r.work_left() / r.spec.gpus, backlog, gpus)
+
     def _schedule(self, t: float) -> None:
+        if self.by_size:
+            self._mark_critical(t)
         if self.suspended:
             try_resume(self, t)
         waiting = Counter(self.shapes[i] for i in self.queue)
@@ -351,7 +369,9 @@ class Simulation:
                     for s in waiting:
                         blocked[s] = blocked[s] or _dominates(shape, s)
             can_preempt = preempts and self._victims_exist(run)
-            memo = (shape, run.spec.priority)
+            # Sized, a job may park its own class when far smaller: one memo
+            # per power of two of work left, so a smaller job still tries.
+            memo = (shape, run.spec.priority, int(run.work_left()).bit_length())
             epoch = (self.released, self.started)
             if not placed and can_preempt and self.preempt_failed_at.get(memo) != epoch:
                 placed = try_preempt(self, run, t)
@@ -501,7 +521,12 @@ class Simulation:
         return admission, copy_s, nbytes, record
 
     def _victims_exist(self, run: Run) -> bool:
-        return any(n > 0 and p < run.spec.priority for p, n in self.running_priorities.items())
+        """Anyone it could take GPUs from: a lower class, or (sized) its own."""
+        mine = run.spec.priority
+        return any(
+            n > 0 and (p < mine or (p == mine and run.work_left() > 0))
+            for p, n in self.running_priorities.items()
+        )
 
     def request(self, run: Run, t: float) -> GangRequest:
         run.placements = []
@@ -510,6 +535,8 @@ class Simulation:
             run.spec.priority,
             run.spec.arrival_s,
             tuple(pods_of(run, t, self.cluster)),
+            run.work_left(),
+            run.critical,
         )
 
     def _try_place(self, run: Run, t: float) -> bool:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from rlix.core.policy.admission import Admission, GangRequest, bind, place_gang, place_pod
 from rlix.core.policy.conduct import plan_preemption
+from rlix.core.policy.ordering import displaces
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster
@@ -43,7 +44,7 @@ class Engine(Protocol):
     # job -> (its nodes' release counters, time) of its last failed resume
     resume_failed_at: dict[int, tuple[tuple[int, ...], float]]
 
-    def queue_key(self, run: Run) -> tuple[float, float, int]:
+    def queue_key(self, run: Run) -> tuple[object, ...]:
         """The order in which waiting (and parked) jobs are considered."""
         ...
 
@@ -168,7 +169,8 @@ def _relocate(sim: Engine, run: Run, t: float) -> Admission | None:
 
 
 def try_preempt(sim: Engine, run: Run, t: float) -> bool:
-    """Place the gang after taking lower-priority jobs off some nodes."""
+    """Place the gang after taking lower-priority jobs (or, sized, far larger
+    jobs of its own priority: ``ordering.displaces``) off some nodes."""
     low = run.profile.min_mib
     limit = sim.config.candidates
     nodes = dict.fromkeys(sim.cluster.candidates(run.spec.gpus_per_pod, low, limit))
@@ -176,10 +178,11 @@ def try_preempt(sim: Engine, run: Run, t: float) -> bool:
         (r for r in sim.runs if r.state in (State.RUNNING, State.LOADING)),
         key=lambda r: (r.spec.priority, r.id),
     )
+    mine, left = run.spec.priority, run.work_left()
     for r in lower:
-        if r.spec.priority >= run.spec.priority or len(nodes) >= 2 * limit:
+        if r.spec.priority > mine or len(nodes) >= 2 * limit:
             break
-        if r.spec.preemptible:
+        if r.spec.preemptible and displaces(mine, left, r.spec.priority, r.reported_left()):
             nodes.update(dict.fromkeys(n for n, _ in r.placements))
     snapshot = sim.cluster.snapshot(nodes, sim.runs, t)
     request = sim.request(run, t)

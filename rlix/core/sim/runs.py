@@ -57,11 +57,28 @@ class Run:
     suspended_s: float = 0.0
     preempted: int = 0
     lost_s: float = 0.0  # alone-seconds of work lost to evictions
+    # Expected GPU-seconds of the whole job from its declared shape (0: the
+    # scheduler does not order by size), and whether, as of the last
+    # scheduling pass, it would set the finish if started later
+    # (``rlix.core.policy.ordering``).
+    work_gpu_s: float = 0.0
+    critical: bool = False
     # (phase, state, placements) -> the pods as Workloads (see cluster.pods_of)
     pod_cache: tuple[tuple[object, ...], tuple[Workload, ...]] | None = None
 
     def position(self, t: float) -> float:
         return self.progress + self.rate * (t - self.t_ref)
+
+    def work_left(self) -> float:
+        """Expected GPU-seconds left as of the last event (0: unknown)."""
+        if not self.work_gpu_s:
+            return 0.0
+        return max(self.work_gpu_s - self.progress * self.spec.gpus, 1.0)
+
+    def reported_left(self) -> float:
+        """What the job's pods report as work left: withheld (0) while a
+        critical job holds GPUs, so its own class never parks it."""
+        return 0.0 if self.critical and self.state is not State.QUEUED else self.work_left()
 
     def advance(self, t: float) -> None:
         self.progress = self.position(t)

@@ -7,12 +7,15 @@ is what the *cluster* does around them, which is what separates the systems:
   default scheduler and no PriorityClasses), exclusive GPUs, spread.
 * ``gang-binpack`` -- priority order, bin-packing, preemption by *eviction*:
   the victim job dies, restarts from its last checkpoint and reloads it.
-* ``rlix`` -- priority order, RLix's placement (GPUs shared by memory fit,
+* ``rlix`` -- priority order, and inside a priority the least expected work
+  left first (``rlix.core.policy.ordering``), RLix's placement (GPUs shared by memory fit,
   phase complementarity and the sharing rules of
   ``rlix.core.policy.placement.sharing``, judged with the run's interference
   matrix), preemption by *suspension in place*: the victim's device memory is
   parked in host RAM and restored later, on another node if its own stays
-  full; nothing is lost.
+  full; nothing is lost. Because parking loses nothing, a waiting job may
+  also park a running job of its own priority that has more than twice its
+  work left.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from rlix.core.sim.interference import Interference
 class QueueOrder(enum.Enum):
     FIFO = "fifo"  # arrival only
     PRIORITY = "priority"  # priority, then arrival
+    # priority, then inside it the job that would set the finish, then the
+    # least expected work left (``rlix.core.policy.ordering``); a far smaller
+    # job may park a running one of its class
+    SHORTEST = "shortest"
 
 
 class Preemption(enum.Enum):
@@ -60,7 +67,7 @@ def rlix(interference: Interference | None = None) -> Scheduler:
     from rlix.core.policy.rlix_policy import RLixPolicy
 
     rules = DEFAULT_RULES if interference is None else SharingRules(interference.cells)
-    return Scheduler("rlix", RLixPolicy(rules=rules), QueueOrder.PRIORITY, Preemption.SUSPEND)
+    return Scheduler("rlix", RLixPolicy(rules=rules), QueueOrder.SHORTEST, Preemption.SUSPEND)
 
 
 SCHEDULERS = {"kube-default": kube_default, "gang-binpack": gang_binpack, "rlix": rlix}

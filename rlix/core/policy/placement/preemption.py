@@ -6,7 +6,9 @@ removal lets the pod fit *by its own accounting* (CPU, memory, and the
 suspension, so RLix rewrites each node's list:
 
 * **Never a protected pod.** A pod marked ``rlix.io/preemptible: "false"`` (or of
-  equal/higher priority than the preemptor) is never a victim.
+  higher priority than the preemptor) is never a victim. One of equal priority
+  is one only in place, and only when ``ordering.displaces`` says its job has
+  far more work left than the preemptor's (both sizes known).
 * **Never an RLix pod for an RLix pod.** When kube-scheduler preempts for an
   RLix-managed pod (``rlix.io/job``), RLix-managed victims are left out: RLix
   makes room among its own jobs in place (the conductor parks them and they
@@ -41,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rlix.core.phases import Phase
+from rlix.core.policy.ordering import displaces
 from rlix.core.policy.placement.fit import fit_demand, unresolvable
 from rlix.core.policy.placement.loads import holdable_without, without
 from rlix.core.policy.placement.view import PlacementView
@@ -68,7 +71,12 @@ def harm(unit: Sequence[Workload]) -> tuple[int, int, int, int, tuple[str, ...]]
 
 
 def _eligible(pod: Workload, w: Workload, *, in_place: bool = False) -> bool:
-    if not (w.preemptible and w.priority < pod.priority and w.name != pod.name):
+    if not (w.preemptible and w.name != pod.name):
+        return False
+    if not displaces(pod.priority, pod.work_left, w.priority, w.work_left):
+        return False
+    # Inside a priority only parking is cheap enough to reorder by size.
+    if w.priority == pod.priority and not in_place:
         return False
     # Deleting (kube-scheduler's preemption) an RLix pod for an RLix pod is
     # never needed: the conductor parks it in place instead (module docstring).

@@ -1,0 +1,64 @@
+"""Who goes first inside a priority class: the least work left, except a job that sets the finish.
+
+Priority classes are the user's word and stay strict. Inside one class, FIFO
+makes every short job wait behind whatever arrived before it, and mean job
+completion time is set by that wait, not by running time. Shortest remaining
+work first (SRPT, the order that minimises mean completion time on one machine)
+removes most of it; Tiresias (NSDI '19) makes the same argument for training
+jobs. RLix can afford the preemptive half of it because parking a job in place
+costs a host copy, not lost work.
+
+Two guards keep the order honest:
+
+* **Starting the longest job late sets the finish of the batch.** A job whose
+  own remaining length is at least the time the cluster needs to drain its
+  whole backlog (``is_critical``) goes first in its class: it would set the
+  makespan if started later (LPT's reason), and nothing that short jobs gain is
+  worth more than that. A critical job is never parked for a job of its class.
+* **Parking churns.** A waiting job parks a running job of its own class only
+  when that job has more than ``DISPLACE_RATIO`` times its work left
+  (``displaces``), so each park at least halves the remaining work in front.
+
+Work is measured in expected GPU-seconds left (the job's GPUs x its expected
+alone seconds left, from its declared shape, never from how a run went). Zero
+means unknown: such a job keeps arrival order, goes ahead of jobs whose size is
+known (declaring a size never costs a job its place), and is never parked for
+or parks a job of its own class. A cluster whose RLJobs declare no size
+therefore keeps its FIFO order exactly.
+"""
+
+from __future__ import annotations
+
+# A same-class park must at least halve the work in front of the waiting job.
+DISPLACE_RATIO = 2.0
+
+
+def class_key(
+    priority: int, work_left: float, critical: bool, arrival: float
+) -> tuple[object, ...]:
+    """Sort key: priority (high first), then critical, then unknown size by arrival,
+    then least work left, then arrival."""
+    known = work_left > 0
+    return (-priority, not critical, known, work_left if known else 0.0, arrival)
+
+
+def displaces(priority: int, work_left: float, their_priority: int, their_left: float) -> bool:
+    """Whether a job (``priority``, ``work_left``) may take GPUs from a running one.
+
+    Always from a lower class; inside its class only when both sizes are known
+    and the other has more than ``DISPLACE_RATIO`` times its work left (a
+    critical job reports 0, unknown, so it is never displaced by its class).
+    """
+    if their_priority != priority:
+        return their_priority < priority
+    return work_left > 0 and DISPLACE_RATIO * work_left < their_left
+
+
+def is_critical(alone_left_s: float, backlog_gpu_s: float, gpus: int) -> bool:
+    """Whether a job's own remaining length reaches the backlog's drain time.
+
+    ``backlog_gpu_s`` is the expected GPU-seconds left of every job that has
+    arrived and is not done; the cluster cannot drain it in less than that over
+    its ``gpus``. A job at least that long sets the finish unless it runs now.
+    """
+    return gpus > 0 and alone_left_s > 0 and alone_left_s >= backlog_gpu_s / gpus

@@ -1,0 +1,150 @@
+"""Order inside a priority: the job that sets the finish, then the least work left."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rlix.core.policy.admission import GangRequest, queue_order
+from rlix.core.policy.ordering import DISPLACE_RATIO, displaces, is_critical
+from rlix.core.policy.placement import PlacementView, choose_victims_on
+from rlix.core.policy.rlix_policy import RLixPolicy
+from rlix.core.sim.engine import simulate
+from rlix.core.sim.schedulers import QueueOrder
+from rlix.core.sim.schedulers import rlix as rlix_scheduler
+from tests.builders.placement import cluster, node, pod
+from tests.core.test_sim_helpers import mix_of, spec
+
+GiB = 1024
+
+
+def req(
+    job: str, priority: int = 0, arrival: float = 0.0, left: float = 0.0, critical: bool = False
+) -> GangRequest:
+    return GangRequest(job, priority, arrival, (), left, critical)
+
+
+def names(requests: list[GangRequest]) -> list[str]:
+    return [r.job for r in queue_order(requests)]
+
+
+def test_unsized_jobs_keep_arrival_order_as_before() -> None:
+    assert names([req("b", arrival=2), req("a", arrival=1), req("c", 5, arrival=3)]) == [
+        "c",
+        "a",
+        "b",
+    ]
+
+
+def test_inside_a_priority_the_least_work_left_goes_first() -> None:
+    got = names(
+        [
+            req("big", arrival=1, left=900),
+            req("small", arrival=2, left=100),
+            req("mid", arrival=3, left=400),
+        ]
+    )
+    assert got == ["small", "mid", "big"]
+
+
+def test_priority_still_comes_before_size() -> None:
+    assert names([req("small", 0, left=1), req("big", 5, left=10**9)]) == ["big", "small"]
+
+
+def test_a_critical_job_goes_first_in_its_class_and_unsized_ones_before_sized() -> None:
+    got = names(
+        [req("small", left=10), req("long", left=10**6, critical=True), req("unsized", arrival=9)]
+    )
+    assert got == ["long", "unsized", "small"]
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "expected"),
+    [
+        ((5, 0.0), (1, 0.0), True),  # a lower class, whatever the sizes
+        ((1, 10.0), (5, 10**9), False),  # never a higher class
+        ((3, 100.0), (3, 100.0 * DISPLACE_RATIO + 1), True),  # far larger, same class
+        ((3, 100.0), (3, 100.0 * DISPLACE_RATIO), False),  # not more than the ratio
+        ((3, 0.0), (3, 10**9), False),  # my size unknown
+        ((3, 100.0), (3, 0.0), False),  # theirs unknown (or critical: withheld)
+    ],
+)
+def test_displaces(mine: tuple[int, float], theirs: tuple[int, float], expected: bool) -> None:
+    assert displaces(*mine, *theirs) is expected
+
+
+def test_a_job_as_long_as_the_backlog_drain_is_critical() -> None:
+    # 64 GPUs drain 6400 GPU-s in 100 s at best.
+    assert is_critical(100.0, 6400.0, 64)
+    assert not is_critical(99.0, 6400.0, 64)
+    assert not is_critical(0.0, 0.0, 64)  # nothing known, nothing critical
+
+
+def _one_gpu(resident_left: float):  # type: ignore[no-untyped-def]
+    roll = pod("roll").job("b").memory(70 * GiB).phase("rollout").priority(3).preemptible()
+    return (
+        cluster().with_nodes(node("n").gpus(1)).with_pods(roll.work_left(resident_left).on("n", 0))
+    )
+
+
+SMALL = (
+    pod("vip")
+    .job("vip")
+    .gpus(1)
+    .memory(60 * GiB)
+    .phase("rollout")
+    .priority(3)
+    .work_left(100)
+    .build()
+)
+
+
+def test_in_place_a_small_job_parks_a_far_larger_one_of_its_class() -> None:
+    snapshot = _one_gpu(1000).build()
+    assert RLixPolicy().victims(snapshot, SMALL, "n") == tuple(
+        w for w in snapshot.workloads if w.name == "default/roll"
+    )
+    # Not when the resident has at most twice as much left, nor for an unsized job.
+    assert RLixPolicy().victims(_one_gpu(200).build(), SMALL, "n") is None
+    assert RLixPolicy().victims(snapshot, replace(SMALL, work_left=0.0), "n") is None
+
+
+def test_kube_scheduler_never_deletes_a_pod_of_the_same_class() -> None:
+    view = PlacementView(_one_gpu(1000).build())
+    assert choose_victims_on(view, SMALL, "n", ["default/roll"]) is None
+    assert choose_victims_on(view, SMALL, "n", ["default/roll"], in_place=True) == ("default/roll",)
+
+
+def _long_then_short():  # type: ignore[no-untyped-def]
+    # One 8-GPU node: a long job starts, a short one of the same priority arrives;
+    # 32B jobs do not fit two to a GPU, so only parking makes room.
+    return mix_of(
+        spec("t/long", 0, model="32b", iterations=200),
+        spec("t/short", 1, arrival=600.0, model="32b"),
+    )
+
+
+def test_the_simulated_short_job_parks_the_long_one_and_finishes_sooner() -> None:
+    sized = simulate(_long_then_short(), rlix_scheduler())
+    fifo = simulate(_long_then_short(), replace(rlix_scheduler(), order=QueueOrder.PRIORITY))
+    assert sized.preemptions == 1 and fifo.preemptions == 0
+    assert sized.jct_mean_s < fifo.jct_mean_s
+    assert max(sized.jct_s) >= max(fifo.jct_s)  # the long job paid for it
+
+
+@pytest.mark.parametrize(("other_iterations", "parked"), [(40, 0), (400, 1)])
+def test_a_job_that_sets_the_finish_is_never_parked_for_its_class(
+    other_iterations: int, parked: int
+) -> None:
+    # Two nodes: the long job on one, a protected job on the other, and a short
+    # one arrives. Beside a 40-iteration neighbour the long job's own length is
+    # more than the backlog's drain time (critical: it stays); beside a
+    # 400-iteration one it is not, and the short job parks it.
+    mix = mix_of(
+        spec("t/long", 0, model="32b", iterations=200),
+        spec("t/other", 1, model="32b", iterations=other_iterations, preemptible=False),
+        spec("t/short", 2, arrival=600.0, model="32b"),
+        nodes=2,
+    )
+    assert simulate(mix, rlix_scheduler()).preemptions == parked
