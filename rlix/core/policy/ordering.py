@@ -22,8 +22,8 @@ Two guards keep the order honest:
 Work is measured in expected GPU-seconds left (the job's GPUs x its expected
 alone seconds left, from its declared shape, never from how a run went). Zero
 means unknown: such a job keeps arrival order, goes ahead of jobs whose size is
-known (declaring a size never costs a job its place), and is never parked for
-or parks a job of its own class. A cluster whose RLJobs declare no size
+known (a job that declares nothing is never delayed by those that do), and is
+never parked for, nor parks, a job of its own class. A cluster whose RLJobs declare no size
 therefore keeps its FIFO order exactly.
 """
 
