@@ -19,7 +19,9 @@ def operator(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     yield from operator_with_extender(cluster, tmp_path_factory.mktemp("operator"))
 
 
-def rljob(name: str, *, replicas: int, gpus: int, mib: int, priority: int = 0) -> dict[str, Any]:
+def rljob(
+    name: str, *, replicas: int, gpus: int, mib: int, priority: int = 0, **extra: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": "rlix.io/v1alpha1",
         "kind": "RLJob",
@@ -27,6 +29,7 @@ def rljob(name: str, *, replicas: int, gpus: int, mib: int, priority: int = 0) -
         "spec": {
             "algorithm": "GRPO",
             "priority": priority,
+            **extra,
             "roles": [
                 {
                     "name": "trainer",
@@ -104,3 +107,30 @@ def test_job_that_does_not_fit_waits_with_a_reason_and_runs_when_capacity_frees(
     ]
     assert "WaitingForGPUs" in reasons and "Admitted" in reasons
     assert "rlix_operator_admitted_total" in operator.metrics()
+
+
+def test_inside_a_priority_the_job_that_plans_less_work_is_admitted_first(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    # The earlier test's jobs may still be going with their namespace.
+    apply(cluster, namespace, rljob("filler", replicas=NODES, gpus=GPUS, mib=80000))
+    wait_for(
+        "filler Running", lambda: state(cluster, namespace, "filler") == "Running", timeout_s=120
+    )
+    # Same priority, both need the whole cluster; "long" arrives first.
+    profile = {"rollout": 300, "training": 60}
+    whole = {"replicas": NODES, "gpus": GPUS, "mib": 60000}
+    apply(cluster, namespace, rljob("long", **whole, iterations=1000, phaseProfile=profile))
+    wait_for("long waits", lambda: state(cluster, namespace, "long") == "Queued")
+    apply(cluster, namespace, rljob("short", **whole, iterations=10, phaseProfile=profile))
+    wait_for("short waits", lambda: state(cluster, namespace, "short") == "Queued")
+
+    cluster.kubectl("delete", "rlj", "filler", "-n", namespace)
+    wait_for(
+        "short admitted first",
+        lambda: state(cluster, namespace, "short") in ("Admitted", "Running"),
+        timeout_s=90,
+    )
+    assert state(cluster, namespace, "long") == "Queued"
+    cluster.kubectl("delete", "rlj", "short", "-n", namespace)
+    wait_for("then long", lambda: state(cluster, namespace, "long") == "Running", timeout_s=90)

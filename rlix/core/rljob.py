@@ -113,7 +113,8 @@ class PhaseMemory(_Model):
 
 
 class PhaseProfile(_Model):
-    """Expected seconds per iteration in each phase; RLix refines it from observation."""
+    """Expected seconds per iteration in each phase; RLix refines it from observation.
+    With iterations, their sum sizes the job until its first iteration is measured."""
 
     rollout: _Seconds | None = None
     scoring: _Seconds | None = None
@@ -398,10 +399,27 @@ class RLJobSpec(_Model):
         },
     )
     phase_profile: PhaseProfile | None = None
+    iterations: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="Planned training iterations (TRL's max_steps, verl's "
+        "total_training_steps). With phaseProfile, or once an iteration is measured, "
+        "it sizes the job: inside a priority the least expected GPU-seconds left goes "
+        "first. Unset: arrival order.",
+    )
 
     @property
     def gpus(self) -> int:
         return sum(r.gpus for r in self.roles)
+
+    @property
+    def declared_iteration_s(self) -> float:
+        """Seconds per iteration that phaseProfile declares (0: none)."""
+        p = self.phase_profile
+        if p is None:
+            return 0.0
+        return float(sum(s or 0 for s in (p.rollout, p.scoring, p.training, p.weight_sync)))
 
     def role(self, name: str) -> Role | None:
         return next((r for r in self.roles if r.name == name), None)

@@ -121,6 +121,36 @@ def test_gang_requests_order_by_priority_then_arrival() -> None:
     ]
 
 
+def sized(name: str, planned: int, created: str, **status: Any) -> RLJob:
+    body = job(name, gpus=4, created=created).model_dump(by_alias=True, exclude_none=True)
+    body["spec"] |= {"iterations": planned, "phaseProfile": {"rollout": 50, "training": 10}}
+    body["status"] = status
+    return RLJob.model_validate(body)
+
+
+def test_inside_a_priority_a_planned_job_is_sized_and_the_smaller_goes_first() -> None:
+    long = gang_request(sized("long", 1000, "2026-01-01T00:00:00Z"))
+    short = gang_request(sized("short", 10, "2026-01-01T00:00:05Z"))
+    plain = gang_request(job("plain", gpus=1, created="2026-01-01T00:00:09Z"))
+    # GPUs x iterations x the profile's 60 s per iteration.
+    assert long.work_left == 4 * 1000 * 60 and short.work_left == 4 * 10 * 60
+    assert plain.work_left == 0.0
+    # Unsized first (declaring a size delays nobody who did not), then smallest.
+    assert [r.job for r in queue_order([long, short, plain])] == [
+        "ns/plain",
+        "ns/short",
+        "ns/long",
+    ]
+    # Measured: 990 done in 990 x 20 s of working phases (idle not counted),
+    # so 10 left at 20 s: smaller than "short" (10 left at 60 s) now.
+    seconds = {"rollout": 16800.0, "training": 3000.0, "idle": 99999.0}
+    ran = gang_request(
+        sized("long", 1000, "2026-01-01T00:00:00Z", iterations=990, phaseSeconds=seconds)
+    )
+    assert ran.work_left == 4 * 10 * 20
+    assert [r.job for r in queue_order([short, ran])] == ["ns/long", "ns/short"]
+
+
 def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:
     snapshot = build_snapshot([node("n0"), node("n1")], [])
     fits = gang_request(job("fits", gpus=8, replicas=2))

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from rlix.core.policy.admission import GangRequest, queue_order
-from rlix.core.policy.ordering import DISPLACE_RATIO, displaces, is_critical
+from rlix.core.policy.ordering import DISPLACE_RATIO, displaces, is_critical, planned_work_left
 from rlix.core.policy.placement import PlacementView, choose_victims_on
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.sim.engine import simulate
@@ -148,3 +148,15 @@ def test_a_job_that_sets_the_finish_is_never_parked_for_its_class(
         nodes=2,
     )
     assert simulate(mix, rlix_scheduler()).preemptions == parked
+
+
+def test_planned_work_left_uses_the_measured_iteration_once_there_is_one() -> None:
+    # 8 GPUs, 100 planned: declared 60 s per iteration before any is done ...
+    assert planned_work_left(8, 100, 0, 0.0, 60.0) == 8 * 100 * 60
+    # ... then its own: 10 done in 1,200 s of reported phases is 120 s each.
+    assert planned_work_left(8, 100, 10, 1200.0, 60.0) == 8 * 90 * 120
+    # At or past its plan a running job still has its current iteration.
+    assert planned_work_left(8, 100, 100, 12000.0, 60.0) == 8 * 1 * 120
+    # Nothing declared and nothing measured: unknown, so arrival order.
+    assert planned_work_left(8, 100, 0, 0.0, 0.0) == 0.0
+    assert planned_work_left(8, 0, 0, 0.0, 60.0) == 0.0

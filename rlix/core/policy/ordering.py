@@ -20,7 +20,9 @@ Two guards keep the order honest:
   (``displaces``), so each park at least halves the remaining work in front.
 
 Work is measured in expected GPU-seconds left (the job's GPUs x its expected
-alone seconds left, from its declared shape, never from how a run went). Zero
+alone seconds left, from what it declares, never from how a run will go: in
+the simulator its shape, on a cluster its RLJob's ``spec.iterations`` and
+phase profile, see ``planned_work_left``). Zero
 means unknown: such a job keeps arrival order, goes ahead of jobs whose size is
 known (a job that declares nothing is never delayed by those that do), and is
 never parked for, nor parks, a job of its own class. A cluster whose RLJobs declare no size
@@ -62,3 +64,19 @@ def is_critical(alone_left_s: float, backlog_gpu_s: float, gpus: int) -> bool:
     its ``gpus``. A job at least that long sets the finish unless it runs now.
     """
     return gpus > 0 and alone_left_s > 0 and alone_left_s >= backlog_gpu_s / gpus
+
+
+def planned_work_left(
+    gpus: int, planned: int, done: int, spent_s: float, declared_s: float
+) -> float:
+    """Expected GPU-seconds left of a job that plans ``planned`` iterations (0: unknown).
+
+    Seconds per iteration come from the job itself once it has finished one
+    (``spent_s`` over ``done``: the time its trainer reported working),
+    before that from ``declared_s`` (0: none declared, so unknown). A job at or
+    past its plan still has its current iteration to run, so it counts one.
+    """
+    per_iteration = spent_s / done if done > 0 and spent_s > 0 else declared_s
+    if gpus <= 0 or planned <= 0 or per_iteration <= 0:
+        return 0.0
+    return gpus * max(planned - done, 1) * per_iteration
