@@ -7,7 +7,7 @@ import pytest
 from rlix.core.phases import Shape
 from rlix.core.sim.engine import SimConfig, simulate
 from rlix.core.sim.interference import ASSUMED, MEASURED_H200, SHAPES, Interference
-from rlix.core.sim.metrics import bounds, sharing_kappa
+from rlix.core.sim.metrics import _mean_unfinished_s, bounds, sharing_kappa, srpt_completions
 from rlix.core.sim.mixes import closed_batch, make_mix
 from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler, gang_binpack, kube_default
 from rlix.core.sim.workload import JobProfile
@@ -110,3 +110,48 @@ def test_the_pair_ceiling_is_rule_5_s_best_same_class_pair_and_never_below_one()
     result = simulate(mix_of(busy, agentic), kube_default())
     limit = bounds(result, MEASURED_H200, expected)
     assert limit.pair_capacity == pytest.approx(expected * limit.exclusive_capacity)
+
+
+def test_srpt_lets_a_shorter_arrival_cut_in_and_scales_with_speed() -> None:
+    # A 10-unit job at 0, a 2-unit job at 1: the short one runs 1-3, the long one
+    # resumes and ends at 12. At speed 2 the short one ends at 2, the long at 6.
+    assert srpt_completions([(0.0, 10.0), (1.0, 2.0)], 1.0) == [12.0, 3.0]
+    assert srpt_completions([(0.0, 10.0), (1.0, 2.0)], 2.0) == [6.0, 2.0]
+    assert srpt_completions([(5.0, 1.0)], 1.0) == [6.0]  # an idle machine waits
+
+
+def test_the_unfinished_count_is_the_larger_of_the_two_at_every_instant() -> None:
+    # Both jobs count under the second timeline until 5; the first job alone
+    # counts until 10 under the first: 2 x 5 + 1 x 5 over two jobs.
+    assert _mean_unfinished_s([0.0, 0.0], [10.0, 1.0], [5.0, 5.0]) == pytest.approx(7.5)
+    assert _mean_unfinished_s([], [], []) == 0.0
+
+
+def test_the_queueing_bound_counts_the_wait_a_full_cluster_forces() -> None:
+    # Two 8-GPU jobs on one 8-GPU node: whoever goes second waits for the
+    # first, so mean JCT >= 1.5 x the alone length; back to back meets it.
+    a, b = spec("t/a", 0), spec("t/b", 1)
+    result = simulate(mix_of(a, b), kube_default())
+    limit = bounds(result, MEASURED_H200)
+    alone = load_s(a) + JobProfile(a).timeline(0).total_s
+    assert limit.jct_mean_s == pytest.approx(alone)
+    assert limit.exclusive_jct_mean_s == pytest.approx(1.5 * alone)
+    assert result.jct_mean_s == pytest.approx(limit.exclusive_jct_mean_s)
+    # Sharing may overlap them, so its bound is lower, never below alone.
+    assert alone <= limit.sharing_jct_mean_s < limit.exclusive_jct_mean_s
+
+
+@pytest.mark.parametrize("interference", [ASSUMED, MEASURED_H200], ids=["assumed", "measured"])
+def test_open_arrivals_stay_within_the_queueing_bounds(interference: Interference) -> None:
+    config = SimConfig(interference=interference)
+    mix = make_mix("small-lab", seed=1, jobs=30)
+    share = Scheduler("share", MemoryShare(), QueueOrder.FIFO, Preemption.NONE)
+    for scheduler in (kube_default(), gang_binpack(), share):
+        result = simulate(mix, scheduler, config)
+        limit = bounds(
+            simulate(closed_batch(mix), scheduler, config), interference, arrivals=result
+        )
+        assert limit.exclusive_jct_mean_s >= limit.sharing_jct_mean_s >= limit.jct_mean_s
+        if not scheduler.policy.shares_gpus:
+            assert result.jct_mean_s >= limit.exclusive_jct_mean_s * (1 - 1e-9)
+        assert result.jct_mean_s >= limit.sharing_jct_mean_s * (1 - 1e-9)

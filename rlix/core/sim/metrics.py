@@ -39,9 +39,10 @@ The measures that can show a gain (docs/simulator.md, "Measures"):
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rlix.core.phases import Shape
@@ -84,6 +85,11 @@ class SimResult:
     # Per completed job, aligned with jct_s: priority, and alone duration with first load.
     priorities: tuple[int, ...] = ()
     alone_s: tuple[float, ...] = ()
+    # Also aligned with jct_s, for the queueing bounds on JCT: arrival, GPUs and
+    # demand-weighted work outside weight sync (GPU-seconds) per completed job.
+    arrivals_s: tuple[float, ...] = ()
+    job_gpus: tuple[int, ...] = ()
+    net_work_s: tuple[float, ...] = ()
     progress_gpu_s: float = 0.0  # sum of alone duration x GPUs (each job counted once)
     net_work_gpu_s: float = 0.0  # demand-weighted work outside weight sync (the bound's W)
     load_gpu_s: float = 0.0  # sum of first load x GPUs
@@ -171,6 +177,7 @@ class Recorder:
     pool_idle_gpu_s: float = 0.0
     last_t: float = 0.0
     alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
+    net_by_job: dict[int, float] = field(default_factory=dict)  # the bound's W, per job
 
     def account(self, t: float, waiting: bool) -> None:
         """Integrate held and empty GPUs over [last event, t] (constant in between)."""
@@ -192,11 +199,13 @@ class Recorder:
         if run.spec.disaggregated:  # each segment works on its active pool only
             active = run.profile.active_gpus
             self.work_gpu_s += run.timeline.busy_gpus_s(active)
-            self.net_work_gpu_s += run.timeline.busy_gpus_s(active, skip_network=True)
+            net = run.timeline.busy_gpus_s(active, skip_network=True)
             self.pool_idle_gpu_s += run.timeline.idle_pool_gpu_s(active, g)
         else:
             self.work_gpu_s += run.timeline.busy_gpu_s() * g
-            self.net_work_gpu_s += run.timeline.busy_gpu_s(skip_network=True) * g
+            net = run.timeline.busy_gpu_s(skip_network=True) * g
+        self.net_work_gpu_s += net
+        self.net_by_job[run.id] = net
         alone = run.timeline.total_s
         self.progress_gpu_s += alone * g
         self.load_gpu_s += run.profile.first_load_s * g
@@ -301,6 +310,9 @@ class Recorder:
             mean_alone_s=sum(self.alone_s) / len(self.alone_s) if self.alone_s else 0.0,
             priorities=tuple(r.spec.priority for r in ended),
             alone_s=tuple(self.alone_by_job[r.id] for r in ended),
+            arrivals_s=tuple(r.spec.arrival_s for r in ended),
+            job_gpus=tuple(r.spec.gpus for r in ended),
+            net_work_s=tuple(self.net_by_job[r.id] for r in ended),
             progress_gpu_s=self.progress_gpu_s,
             net_work_gpu_s=self.net_work_gpu_s,
             load_gpu_s=self.load_gpu_s,
@@ -355,6 +367,10 @@ class Bounds:
     pair_ceiling: float = 1.0
     pair_capacity: float = 0.0
     pair_closed_per_h: float = 0.0
+    # Lower bounds on mean JCT that count queueing (``queueing_jct_s``); pairs: estimate.
+    exclusive_jct_mean_s: float = 0.0
+    pair_jct_mean_s: float = 0.0
+    sharing_jct_mean_s: float = 0.0
 
 
 def sharing_kappa(interference: Interference, max_residents: int) -> float:
@@ -402,7 +418,87 @@ def pair_ceiling(jobs: Iterable[JobSpec], interference: Interference) -> float:
     return best
 
 
-def bounds(result: SimResult, interference: Interference, pair: float = 1.0) -> Bounds:
+def srpt_completions(jobs: Sequence[tuple[float, float]], speed: float) -> list[float]:
+    """Completion times of (arrival, work) jobs under preemptive SRPT on one
+    machine doing ``speed`` units of work per second, in the jobs' order.
+
+    On one preemptive machine with release dates SRPT has the fewest jobs
+    unfinished at every instant (Schrage 1968), so no other order does better.
+    """
+    done = [0.0] * len(jobs)
+    order = sorted(range(len(jobs)), key=lambda k: jobs[k])
+    waiting: list[tuple[float, int]] = []  # (work left, job)
+    t, i = 0.0, 0
+    while speed > 0 and (i < len(order) or waiting):
+        if not waiting:
+            t = max(t, jobs[order[i]][0])
+        while i < len(order) and jobs[order[i]][0] <= t:
+            heapq.heappush(waiting, (jobs[order[i]][1], order[i]))
+            i += 1
+        left, k = heapq.heappop(waiting)
+        upcoming = jobs[order[i]][0] if i < len(order) else math.inf
+        if t + left / speed <= upcoming:
+            t = done[k] = t + left / speed
+        else:  # the next arrival may be shorter than what is left of this one
+            heapq.heappush(waiting, (left - (upcoming - t) * speed, k))
+            t = upcoming
+    return done
+
+
+def _mean_unfinished_s(arrivals: Sequence[float], *ends: Sequence[float]) -> float:
+    """Mean flow time of the pointwise largest count of unfinished jobs.
+
+    Job j counts as unfinished in [arrival_j, end_j) for each ``ends``; the
+    integral over time of the largest of those counts, over the jobs.
+    """
+    events = sorted(
+        (t, which, step)
+        for which, end in enumerate(ends)
+        for a, e in zip(arrivals, end, strict=True)
+        for t, step in ((a, 1), (e, -1))
+    )
+    counts = [0] * len(ends)
+    total, last = 0.0, events[0][0] if events else 0.0
+    for t, which, step in events:
+        total += max(counts) * (t - last)
+        last = t
+        counts[which] += step
+    return total / len(arrivals) if arrivals else 0.0
+
+
+def queueing_jct_s(result: SimResult, kappa: float, pair: float) -> tuple[float, float, float]:
+    """Lower bounds on mean JCT that count queueing: (exclusive, pairs estimate, sharing).
+
+    Mean JCT is the integral over time of the number of unfinished jobs, over
+    the jobs. At any instant that number is at least (1) the jobs still inside
+    their own alone duration since arrival, and (2) the jobs unfinished under
+    SRPT on one machine of the cluster's speed: any schedule can be replayed on
+    that machine, each job getting the GPU-time the schedule gave it, and then
+    finishes every job no later (``srpt_completions``). Exclusive: job j needs
+    its GPUs x (alone + first load) of held GPU-time, at most all the GPUs per
+    second. Sharing: its net work W_j, at most ``kappa`` per held GPU per second
+    (``sharing_kappa``). Pairs: the exclusive sizes at ``pair`` x the GPUs, an
+    estimate as ``pair_ceiling`` is. The machine lets a job use more GPUs than
+    its gang and ignores priority, so these bound every scheduler, and loosely.
+    """
+    arrivals = result.arrivals_s
+    alone_end = [a + s for a, s in zip(arrivals, result.alone_s, strict=True)]
+    g = max(result.gpus, 1)
+    held = [(a, n * s) for a, n, s in zip(arrivals, result.job_gpus, result.alone_s, strict=True)]
+    net = list(zip(arrivals, result.net_work_s, strict=True))
+    return (
+        _mean_unfinished_s(arrivals, alone_end, srpt_completions(held, g)),
+        _mean_unfinished_s(arrivals, alone_end, srpt_completions(held, g * pair)),
+        _mean_unfinished_s(arrivals, alone_end, srpt_completions(net, g * kappa)),
+    )
+
+
+def bounds(
+    result: SimResult,
+    interference: Interference,
+    pair: float = 1.0,
+    arrivals: SimResult | None = None,
+) -> Bounds:
     """Bounds from one run's workload (the jobs and their timelines, not its schedule).
 
     Exclusive: a held GPU-second advances one job by at most one alone-second,
@@ -412,9 +508,12 @@ def bounds(result: SimResult, interference: Interference, pair: float = 1.0) -> 
     of compute/memory work per second (``sharing_kappa``), so held >= W / kappa
     with W that work: capacity <= kappa x progress / W, makespan >= max(W /
     (kappa x GPUs), longest job). Any scheduler: a job takes at least its alone
-    duration plus its first load, so mean JCT >= their mean and stretch >= 1.
+    duration plus its first load, so mean JCT >= their mean and stretch >= 1;
+    with queueing, ``queueing_jct_s`` on ``arrivals`` (the same jobs under their
+    arrivals; default ``result`` itself).
     """
     kappa = sharing_kappa(interference, result.max_residents)
+    jct_excl, jct_pair, jct_share = queueing_jct_s(arrivals or result, kappa, pair)
     longest = max(result.alone_s, default=0.0)
     g = max(result.gpus, 1)
     exclusive_held = result.progress_gpu_s + result.load_gpu_s
@@ -434,4 +533,7 @@ def bounds(result: SimResult, interference: Interference, pair: float = 1.0) -> 
         pair_ceiling=pair,
         pair_capacity=(pair * result.progress_gpu_s / exclusive_held if exclusive_held else 0.0),
         pair_closed_per_h=per_h(max(exclusive_held / (g * pair), longest)),
+        exclusive_jct_mean_s=jct_excl,
+        pair_jct_mean_s=jct_pair,
+        sharing_jct_mean_s=jct_share,
     )
