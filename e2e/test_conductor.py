@@ -378,6 +378,54 @@ def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
     cluster.kubectl("delete", "rlj", "fill", "fill2", "-n", namespace, "--wait=true")
 
 
+def test_a_far_smaller_job_of_its_class_parks_a_sized_rollout_in_place(
+    cluster: Any, namespace: str, operator: OperatorProcess, agents: list[AgentProcess],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """``spec.iterations`` sizes the jobs: one priority, and the far smaller
+    arrival parks the larger job's rollout in place (docs/rljob.md, "Order
+    inside a priority"); unsized, nobody of its class would be parked."""
+    profile = {"phaseProfile": {"rollout": 300, "training": 60}}
+    full_cluster_but(cluster, namespace, free=2)
+    # The fillers plan far more work than "long", so "long" is not the job that
+    # would set the finish (that one is never parked for its class).
+    for name in ("fill", "fill2"):
+        patch = json.dumps({"spec": {"iterations": 1_000_000, **profile}})
+        cluster.kubectl("patch", "rlj", name, "-n", namespace, "--type=merge", "-p", patch)
+    long = rljob("long")
+    long["spec"].update(iterations=1000, **profile)  # 2 GPUs x 1000 x 360 s
+    running_at_60_gib(cluster, namespace, long)
+    pod = get_json(cluster, "pod", "long-rollout-0", "-n", namespace)
+    uid, node = pod["metadata"]["uid"], pod["spec"]["nodeName"]
+    agents.append(start_agent(cluster, node, tmp_path / "agent"))
+    trainer = Trainer(agents[0], uid)
+    try:
+        wait_connected(agents[0], trainer.proc.pid, uid=uid)
+        before = trainer.ready["digest"]
+        short = gpu_job("short", replicas=1, gpus=1, mib=70000)  # priority 0 too
+        short["spec"].update(iterations=1, **profile)  # 1 GPU x 1 x 360 s
+        apply(cluster, namespace, short)
+        try:
+            observed(cluster, namespace, "long-rollout-0", "Suspended")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
+        desired, _, same_uid = pod_suspension(cluster, namespace, "long-rollout-0")
+        assert same_uid == uid, "parked in place, not deleted"
+        assert desired is not None and desired.requester == f"{namespace}/short"
+        held = condition(cluster, namespace, "long", "True", "Priority")
+        assert f"for {namespace}/short" in held["message"], held
+        said = [e["message"] for e in events_for(cluster, namespace, "long")]
+        assert any("its class: 0.1 expected GPU-hours left against" in m for m in said), said
+
+        cluster.kubectl("delete", "rlj", "short", "-n", namespace, "--wait=true")
+        observed(cluster, namespace, "long-rollout-0", "Resumed")
+        assert trainer.ask("digest")["digest"] == before
+    finally:
+        trainer.close()
+    finish(cluster, namespace, "long")
+    cluster.kubectl("delete", "rlj", "fill", "fill2", "-n", namespace, "--wait=true")
+
+
 def roster(trainer: Trainer, want: list[object]) -> None:
     """Wait until the client in the job's trainer pod reports ``want`` as its roster."""
     wait_for(

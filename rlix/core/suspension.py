@@ -68,7 +68,7 @@ class Reason(StrEnum):
     """Why the conductor suspends or resumes (event reasons, metric labels)."""
 
     MANUAL = "Manual"  # a person asked (rlix suspend|resume rljob)
-    PRIORITY = "Priority"  # a higher-priority job needs the memory
+    PRIORITY = "Priority"  # a higher-priority job (or a far smaller one of its class) needs it
     PHASE_OVERFLOW = "PhaseOverflow"  # a co-resident's phase would exceed physical HBM
     LEND = "Lend"  # an elastic rollout's replicas above its minimum lend their GPUs
     MEMORY_FREE = "MemoryFree"  # resume: its memory fits on its GPUs again

@@ -33,7 +33,7 @@ from rlix.operator.kube import Kube
 from rlix.operator.ledger import Entry
 from rlix.operator.metrics import Metrics
 from rlix.operator.pods import planned_workloads
-from rlix.operator.queueing import AdmissionPolicy, gang_request
+from rlix.operator.queueing import AdmissionPolicy, gang_request, sizes
 from rlix.operator.recording import Recorder
 from rlix.operator.replanning import REASON_REPLANNING
 from rlix.operator.snapshots import build_snapshot
@@ -118,10 +118,14 @@ class Admitter:
         self._primed = True
 
     def _waiting(self) -> list[RLJob]:
+        return [job for job in self.live() if job.status.state in WAITING]
+
+    def live(self) -> list[RLJob]:
+        """Every valid job not finished: the queue and what holds GPUs."""
         out = []
         for key in list(self.store.jobs):
             job, errors = self.store.job(key)
-            if job is not None and not errors and job.status.state in WAITING:
+            if job is not None and not errors and job.status.state not in FINISHED:
                 out.append(job)
         return out
 
@@ -225,6 +229,7 @@ class Admitter:
         capacity = Capacity.of(snapshot)
         decisions: dict[str, Admission] = {}
         candidates = []
+        size = sizes(self.live(), capacity.total_gpus if capacity else 0)
         for job in waiting:
             if capacity is None:
                 decisions[job.key] = Admission.waiting(
@@ -240,7 +245,7 @@ class Admitter:
                     job.key, WaitReason.NEVER_FITS, f"can never fit: {text}"
                 )
             else:
-                candidates.append(gang_request(job))
+                candidates.append(gang_request(job, size.get(job.key)))
         ordered = queue_order(candidates)
         considered, behind = ordered[: self.window], ordered[self.window :]
         for position, request in enumerate(behind, start=self.window + 1):

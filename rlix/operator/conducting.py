@@ -49,11 +49,13 @@ from rlix.core.suspension import (
     State,
     SuspensionRequest,
 )
-from rlix.operator.admitting import WAITING, Admitter
+from rlix.core.validation import Capacity
+from rlix.operator.admitting import FINISHED, WAITING, Admitter
 from rlix.operator.kube import Kube
 from rlix.operator.metrics import Metrics
-from rlix.operator.queueing import gang_request
+from rlix.operator.queueing import gang_request, sizes
 from rlix.operator.recording import Recorder
+from rlix.operator.snapshots import build_snapshot
 from rlix.operator.statuses import parse_time, rfc3339, with_condition
 from rlix.operator.store import Store
 from rlix.operator.suspensions import (
@@ -192,7 +194,7 @@ class Conductor:
 
     # -- 3. the policy's decisions ------------------------------------------------
     async def _decide(self, now: datetime) -> None:
-        waiting, held, elastic = [], set(), {}
+        waiting, held, elastic, live = [], set(), {}, []
         for key, body in list(self.store.jobs.items()):
             request = request_of(body)
             if request is not None and request.state is State.SUSPENDED:
@@ -200,10 +202,17 @@ class Conductor:
             job, errors = self.store.job(key)
             if job is None or errors:
                 continue
-            if job.status.state in WAITING:
-                waiting.append(gang_request(job))
-            elif (rollout := elastic_rollout(job)) is not None:
+            if job.status.state not in FINISHED:
+                live.append(job)
+            if job.status.state not in WAITING and (rollout := elastic_rollout(job)) is not None:
                 elastic[key] = rollout
+        # Sizes (spec.iterations) order a class and let a far smaller job park
+        # a larger one of it; the backlog is every live job's.
+        capacity = Capacity.of(build_snapshot(self.store.nodes.values(), []))
+        size = sizes(live, capacity.total_gpus if capacity else 0)
+        for job in live:
+            if job.status.state in WAITING:
+                waiting.append(gang_request(job, size[job.key]))
         pods = list(self.store.all_pods())
         actions = await asyncio.to_thread(
             decide_on_cluster,
@@ -216,6 +225,7 @@ class Conductor:
             config=self.config,
             gpu_indices=self._planned_gpus(),
             elastic=elastic,
+            work_left={key: s.reported for key, s in size.items() if s.reported},
         )
         by_name = {f"{p['metadata'].get('namespace')}/{p['metadata']['name']}": p for p in pods}
         for action in actions:
@@ -239,6 +249,7 @@ class Conductor:
             await self._say(action.requester, "Warning", str(action.reason), action.message)
             return
         want = State.SUSPENDED if action.kind is Kind.SUSPEND else State.RUNNING
+        asked = False
         for name in action.pods:
             pod = pods.get(name)
             if pod is None:
@@ -248,6 +259,10 @@ class Conductor:
             if want is State.SUSPENDED and not await self._reachable(action.job, pod, now):
                 continue
             await self._ask(pod, want, action.reason, action.requester, now, None)
+            asked = True
+        if asked and want is State.SUSPENDED:
+            # The parked job's `kubectl describe` says why, sizes included.
+            await self._say(action.job, "Normal", str(action.reason), action.message)
 
     # -- writing and saying -------------------------------------------------------
     async def _ask(  # noqa: PLR0917 (one call per desired state: the fields it carries)

@@ -10,11 +10,12 @@ narrow, so component tests can drive the operator's bookkeeping with a table.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, admit
-from rlix.core.policy.ordering import planned_work_left
+from rlix.core.policy.ordering import critical_jobs, planned_work_left
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import ClusterSnapshot
@@ -45,16 +46,40 @@ def work_left(job: RLJob) -> float:
     )
 
 
-def gang_request(job: RLJob) -> GangRequest:
+@dataclass(frozen=True, slots=True)
+class Size:
+    """A job's place in its class: expected GPU-seconds left (0: unknown), and
+    whether it would set the finish if started later (``ordering.critical_jobs``)."""
+
+    work_left: float = 0.0
+    critical: bool = False
+
+    @property
+    def reported(self) -> float:
+        """What its running pods say: nothing while critical, so its class never parks it."""
+        return 0.0 if self.critical else self.work_left
+
+
+def sizes(jobs: Iterable[RLJob], gpus: int) -> dict[str, Size]:
+    """Every job's ``Size``; ``jobs`` are the live ones (queued, admitted or
+    running), whose work left is the backlog, over the cluster's ``gpus``."""
+    left = {job.key: (work_left(job), job.spec.gpus) for job in jobs}
+    critical = critical_jobs(left, gpus)
+    return {key: Size(w, key in critical) for key, (w, _) in left.items()}
+
+
+def gang_request(job: RLJob, size: Size | None = None) -> GangRequest:
     created = parse_time(job.metadata.get("creationTimestamp"))
+    size = size or Size(work_left(job))
     return GangRequest(
         job=job.key,
         priority=job.spec.priority,
         # creationTimestamp has one-second resolution; the job name then breaks
         # ties, so the order is the same on every pass and after a restart.
         arrival=created.timestamp() if created else 0.0,
-        pods=planned_workloads(job),
-        work_left=work_left(job),
+        pods=tuple(replace(p, work_left=size.work_left) for p in planned_workloads(job)),
+        work_left=size.work_left,
+        critical=size.critical,
     )
 
 

@@ -71,6 +71,7 @@ def conduct_snapshot(
     nodes: Iterable[Body],
     pods: Iterable[Body],
     gpu_indices: Mapping[str, tuple[int, ...]] | None = None,
+    work_left: Mapping[str, float] | None = None,
 ) -> ClusterSnapshot:
     """The cluster as the conductor counts it: asked-for suspensions as parked.
 
@@ -84,16 +85,22 @@ def conduct_snapshot(
     off once the agent acts. Counted as parked but measured as resident, the
     memory would be taken twice, and the next pass would park a second victim
     for a job the first one already made room for.
+
+    ``work_left`` ("ns/job" -> expected GPU-seconds left) sizes the pods of
+    jobs that declare ``spec.iterations``; the pods themselves carry no size.
     """
     bodies = list(pods)
     parked = {pod_key(b) for b in bodies if suspension_of(b).suspended}
     planned = gpu_indices or {}
+    sized = work_left or {}
     snapshot = build_snapshot(nodes, bodies)
     workloads = []
     for read in snapshot.workloads:
         w = read
         if not w.gpu_indices and w.name in planned:
             w = replace(w, gpu_indices=planned[w.name])
+        if w.job in sized:
+            w = replace(w, work_left=sized[w.job])
         workloads.append(w)
     return replace(snapshot, workloads=tuple(workloads)).parking(parked)
 
@@ -140,9 +147,10 @@ def decide_on_cluster(
     config: ConductConfig | None = None,
     gpu_indices: Mapping[str, tuple[int, ...]] | None = None,
     elastic: Mapping[str, ElasticRollout] | None = None,
+    work_left: Mapping[str, float] | None = None,
 ) -> tuple[Action, ...]:
     """The core's decision on the watched objects: what the conductor acts on."""
-    snapshot = conduct_snapshot(nodes, pods, gpu_indices)
+    snapshot = conduct_snapshot(nodes, pods, gpu_indices, work_left)
     job_of = {w.name: w.job for w in snapshot.workloads}
     clocks = job_clocks(pods, job_of)
     return decide(

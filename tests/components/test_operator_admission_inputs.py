@@ -16,7 +16,7 @@ from rlix.operator.pods import (
     desired_pod_names,
     planned_workloads,
 )
-from rlix.operator.queueing import RLixAdmission, gang_request
+from rlix.operator.queueing import RLixAdmission, Size, gang_request, sizes
 from rlix.operator.snapshots import build_snapshot, node_from_body
 from rlix.operator.store import Store
 
@@ -149,6 +149,27 @@ def test_inside_a_priority_a_planned_job_is_sized_and_the_smaller_goes_first() -
     )
     assert ran.work_left == 4 * 10 * 20
     assert [r.job for r in queue_order([short, ran])] == ["ns/long", "ns/short"]
+
+
+def test_the_job_that_would_set_the_finish_goes_first_and_reports_no_size() -> None:
+    long, short = (
+        sized("long", 1000, "2026-01-01T00:00:00Z"),
+        sized("short", 10, "2026-01-01T00:00:05Z"),
+    )
+    # 4 x 60,000 + 4 x 600 GPU-s of backlog. On 8 GPUs it drains in 30,300 s,
+    # less than the long job's own 60,000: it would set the finish, so it goes
+    # first and its pods report no size (its class never parks it).
+    size = sizes([long, short], 8)
+    assert size["ns/long"] == Size(4 * 1000 * 60, critical=True) and size["ns/long"].reported == 0
+    assert size["ns/short"] == Size(4 * 10 * 60) and size["ns/short"].reported == 4 * 10 * 60
+    requests = [gang_request(j, size[j.key]) for j in (short, long)]
+    assert [r.job for r in queue_order(requests)] == ["ns/long", "ns/short"]
+    assert all(p.work_left == r.work_left for r in requests for p in r.pods)
+    # On 4 GPUs the backlog takes 60,600 s: nobody sets the finish, smallest first.
+    size = sizes([long, short], 4)
+    assert not any(s.critical for s in size.values())
+    requests = [gang_request(j, size[j.key]) for j in (short, long)]
+    assert [r.job for r in queue_order(requests)] == ["ns/short", "ns/long"]
 
 
 def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:

@@ -11,11 +11,13 @@ conductor does on a cluster.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from rlix.core.policy.conduct import Kind
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.sim.engine import DecisionRecord, simulate
+from rlix.core.sim.mixes import Mix
 from rlix.core.sim.schedulers import rlix
 from rlix.operator.suspensions import decide_on_cluster
 from tests.builders.objects import node_object, pod_object
@@ -30,16 +32,53 @@ def test_every_preemption_of_a_simulated_run_is_what_the_conductor_decides() -> 
         ),
         spec("t/high2", 5, arrival=1500.0, priority=20, preemptible=False, iterations=5),
     ]
+    _conductor_agrees(mix_of(*low, *high, nodes=2))
+
+
+def test_a_far_smaller_job_of_the_class_parks_the_same_job_in_both() -> None:
+    # One class, sized: the short job arrives behind a long one that fills the
+    # node and parks it (the simulator's ordering by size). Pods carry no size,
+    # so the conductor gets the jobs' work left as the operator computes it.
+    long = spec("t/long", 0, model="32b", iterations=200)
+    short = spec("t/short", 1, arrival=600.0, model="32b")
+    records = _conductor_agrees(mix_of(long, short), sized=True)
+    assert [r.victims for r in records] == [("t/long",)]
+    assert records[0].request.priority == 0  # its own class
+    # Unsized (what a cluster without spec.iterations sees), nobody is parked.
+    record = records[0]
+    nodes = [node_object(n) for n in record.snapshot.nodes.values()]
+    pods = [pod_object(w) for w in record.snapshot.workloads]
+    request = replace(
+        record.request,
+        work_left=0.0,
+        pods=tuple(replace(p, work_left=0.0) for p in record.request.pods),
+    )
+    assert not decide_on_cluster(nodes, pods, [request], RLixPolicy(), now=EPOCH)
+    # Sized, the job is told why its own class parked it.
+    work = {"t/long": next(w.work_left for w in record.snapshot.workloads if w.job == "t/long")}
+    (action,) = decide_on_cluster(
+        nodes, pods, [record.request], RLixPolicy(), now=EPOCH, work_left=work
+    )
+    assert "(priority 0, its class: " in action.message, action.message
+    assert "expected GPU-hours left against this job's" in action.message
+
+
+EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _conductor_agrees(mix: Mix, *, sized: bool = False) -> list[DecisionRecord]:
     records: list[DecisionRecord] = []
-    simulate(mix_of(*low, *high, nodes=2), rlix(), trace=records.append)
+    simulate(mix, rlix(), trace=records.append)
     preempted = [r for r in records if r.kind == "preempt"]
     assert preempted, "the scenario should make the simulator preempt"
     for record in preempted:
         nodes = [node_object(n) for n in record.snapshot.nodes.values()]
         pods = [pod_object(w) for w in record.snapshot.workloads]
+        work = {w.job: w.work_left for w in record.snapshot.workloads if sized and w.work_left}
         actions = decide_on_cluster(
-            nodes, pods, [record.request], RLixPolicy(), now=datetime.fromtimestamp(0, UTC)
+            nodes, pods, [record.request], RLixPolicy(), now=EPOCH, work_left=work
         )
         parked = sorted(a.job for a in actions if a.kind is Kind.SUSPEND)
         assert parked == sorted(record.victims), (record.time, parked, record.victims)
         assert all(a.requester == record.request.job for a in actions if a.kind is Kind.SUSPEND)
+    return preempted

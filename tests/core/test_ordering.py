@@ -7,7 +7,13 @@ from dataclasses import replace
 import pytest
 
 from rlix.core.policy.admission import GangRequest, queue_order
-from rlix.core.policy.ordering import DISPLACE_RATIO, displaces, is_critical, planned_work_left
+from rlix.core.policy.ordering import (
+    DISPLACE_RATIO,
+    critical_jobs,
+    displaces,
+    is_critical,
+    planned_work_left,
+)
 from rlix.core.policy.placement import PlacementView, choose_victims_on
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.sim.engine import simulate
@@ -160,3 +166,17 @@ def test_planned_work_left_uses_the_measured_iteration_once_there_is_one() -> No
     # Nothing declared and nothing measured: unknown, so arrival order.
     assert planned_work_left(8, 100, 0, 0.0, 0.0) == 0.0
     assert planned_work_left(8, 0, 0, 0.0, 60.0) == 0.0
+
+
+def test_critical_jobs_judge_each_against_the_whole_backlog() -> None:
+    # 16 GPUs; backlog 16 x 1000 GPU-s drains in 1000 s. "wide" has 1000 s
+    # left on its own (critical); "narrow" 500 s; unsized adds nothing.
+    work = {
+        "wide": (8 * 1000.0, 8),
+        "narrow": (8 * 500.0, 8),
+        "unsized": (0.0, 8),
+        "x": (4000.0, 0),
+    }
+    assert critical_jobs(work, 16) == {"wide"}
+    assert critical_jobs(work, 0) == frozenset()
+    assert critical_jobs({}, 16) == frozenset()

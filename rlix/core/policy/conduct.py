@@ -402,7 +402,8 @@ def _admit_by_priority(
             managed = all(w.job for w in ws)
             kind = Kind.SUSPEND if managed else Kind.EVICT
             message = (
-                f"parked in place so that {request.job} (priority {request.priority}) fits"
+                f"parked in place so that {request.job} (priority {request.priority}"
+                f"{_smaller(request, ws)}) fits"
                 if managed
                 else f"not an RLix pod, so it cannot be parked: evicted for {request.job}"
             )
@@ -413,6 +414,17 @@ def _admit_by_priority(
             pod = next(p for p in request.pods if p.name == placement.pod)
             trial = trial.with_workload(bind(pod, placement))
     return trial
+
+
+def _smaller(request: GangRequest, victim: Sequence[Workload]) -> str:
+    """Why a job of the requester's own class goes: the sizes (``ordering.displaces``)."""
+    same = [w for w in victim if w.priority == request.priority]
+    if not same:
+        return ""
+    return (
+        f", its class: {request.work_left / 3600:.1f} expected GPU-hours left against "
+        f"this job's {same[0].work_left / 3600:.1f}"
+    )
 
 
 def _replica_index(w: Workload) -> int:

@@ -31,6 +31,11 @@ therefore keeps its FIFO order exactly.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
 # A same-class park must at least halve the work in front of the waiting job.
 DISPLACE_RATIO = 2.0
 
@@ -64,6 +69,20 @@ def is_critical(alone_left_s: float, backlog_gpu_s: float, gpus: int) -> bool:
     its ``gpus``. A job at least that long sets the finish unless it runs now.
     """
     return gpus > 0 and alone_left_s > 0 and alone_left_s >= backlog_gpu_s / gpus
+
+
+def critical_jobs(work: Mapping[K, tuple[float, int]], gpus: int) -> frozenset[K]:
+    """The jobs (key -> (expected GPU-seconds left, GPUs)) that would set the finish.
+
+    Each is judged by ``is_critical`` against the backlog of all of them. A job
+    of unknown size (0) is never critical and adds nothing to the backlog, so
+    where such jobs run, more jobs look critical than are: they go first and
+    are not parked for their class, which is arrival order's side.
+    """
+    backlog = sum(left for left, _ in work.values())
+    return frozenset(
+        k for k, (left, g) in work.items() if g > 0 and is_critical(left / g, backlog, gpus)
+    )
 
 
 def planned_work_left(

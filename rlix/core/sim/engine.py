@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
-from rlix.core.policy.ordering import class_key, is_critical
+from rlix.core.policy.ordering import class_key, critical_jobs
 from rlix.core.policy.placement.sharing import SharingRules, expected_rates
 from rlix.core.policy.rebalance import PairSplit, split_pair_gain
 from rlix.core.sim import hardware as hw
@@ -343,10 +343,11 @@ class Simulation:
     def _mark_critical(self, t: float) -> None:
         """Which jobs would set the finish if started later (``ordering.is_critical``)."""
         live = [r for r in self.runs if r.state is not State.DONE and r.spec.arrival_s <= t]
-        backlog = sum(r.work_left() for r in live)
-        gpus = self.cluster.total_gpus
+        critical = critical_jobs(
+            {r.id: (r.work_left(), r.spec.gpus) for r in live}, self.cluster.total_gpus
+        )
         for r in live:
-            r.critical = is_critical(r.work_left() / r.spec.gpus, backlog, gpus)
+            r.critical = r.id in critical
 
     def _schedule(self, t: float) -> None:
         if self.by_size:
