@@ -317,6 +317,23 @@ def running_at_60_gib(cluster: Any, namespace: str, job: dict[str, Any]) -> None
     wait_for(f"{name} Running", lambda: rljob_state(cluster, namespace, name) == "Running")
 
 
+def served(
+    cluster: Any, namespace: str, pod: str, agents: list[AgentProcess], root: Path
+) -> tuple[Trainer, str]:
+    """A real trainer process standing in for ``pod``'s container, connected to
+    an agent started on the pod's node; the trainer and the pod's UID."""
+    body = get_json(cluster, "pod", pod, "-n", namespace)
+    uid, node = body["metadata"]["uid"], body["spec"]["nodeName"]
+    agents.append(start_agent(cluster, node, root))
+    trainer = Trainer(agents[-1], uid)
+    try:
+        wait_connected(agents[-1], trainer.proc.pid, uid=uid)
+    except BaseException:
+        trainer.close()
+        raise
+    return trainer, uid
+
+
 def parked_for_high(
     cluster: Any, namespace: str, operator: OperatorProcess, pod: str
 ) -> ObservedSuspension:
@@ -345,12 +362,8 @@ def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
     low = rljob("low")
     low["spec"]["roles"][1]["name"] = "gen"
     running_at_60_gib(cluster, namespace, low)
-    pod = get_json(cluster, "pod", "low-gen-0", "-n", namespace)
-    uid, node = pod["metadata"]["uid"], pod["spec"]["nodeName"]
-    agents.append(start_agent(cluster, node, tmp_path / "agent"))
-    trainer = Trainer(agents[0], uid)
+    trainer, uid = served(cluster, namespace, "low-gen-0", agents, tmp_path / "agent")
     try:
-        wait_connected(agents[0], trainer.proc.pid, uid=uid)
         before = trainer.ready["digest"]
         seen = parked_for_high(cluster, namespace, operator, "low-gen-0")
         desired, _, same_uid = pod_suspension(cluster, namespace, "low-gen-0")
@@ -395,12 +408,8 @@ def test_a_far_smaller_job_of_its_class_parks_a_sized_rollout_in_place(
     long = rljob("long")
     long["spec"].update(iterations=1000, **profile)  # 2 GPUs x 1000 x 360 s
     running_at_60_gib(cluster, namespace, long)
-    pod = get_json(cluster, "pod", "long-rollout-0", "-n", namespace)
-    uid, node = pod["metadata"]["uid"], pod["spec"]["nodeName"]
-    agents.append(start_agent(cluster, node, tmp_path / "agent"))
-    trainer = Trainer(agents[0], uid)
+    trainer, uid = served(cluster, namespace, "long-rollout-0", agents, tmp_path / "agent")
     try:
-        wait_connected(agents[0], trainer.proc.pid, uid=uid)
         before = trainer.ready["digest"]
         short = gpu_job("short", replicas=1, gpus=1, mib=70000)  # priority 0 too
         short["spec"].update(iterations=1, **profile)  # 1 GPU x 1 x 360 s

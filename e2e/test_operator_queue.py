@@ -59,6 +59,24 @@ def admitted(cluster: Any, namespace: str, name: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == "Admitted"), None)
 
 
+def freed_in_order(cluster: Any, namespace: str, first: str, then: str) -> None:
+    """Delete "filler": ``first`` is admitted while ``then`` waits; delete
+    ``first``: ``then`` runs."""
+    cluster.kubectl("delete", "rlj", "filler", "-n", namespace)
+    wait_for(
+        f"{first} admitted first",
+        lambda: state(cluster, namespace, first) in ("Admitted", "Running"),
+        timeout_s=90,
+    )
+    assert state(cluster, namespace, then) == "Queued"
+    cluster.kubectl("delete", "rlj", first, "-n", namespace)
+    wait_for(
+        f"{then} admitted once {first} is gone",
+        lambda: state(cluster, namespace, then) == "Running",
+        timeout_s=90,
+    )
+
+
 def test_job_that_does_not_fit_waits_with_a_reason_and_runs_when_capacity_frees(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
@@ -86,20 +104,7 @@ def test_job_that_does_not_fit_waits_with_a_reason_and_runs_when_capacity_frees(
     apply(cluster, namespace, rljob("high", replicas=NODES, gpus=GPUS, mib=60000, priority=10))
     wait_for("high waits", lambda: state(cluster, namespace, "high") == "Queued")
 
-    cluster.kubectl("delete", "rlj", "filler", "-n", namespace)
-    wait_for(
-        "high admitted first",
-        lambda: state(cluster, namespace, "high") in ("Admitted", "Running"),
-        timeout_s=90,
-    )
-    assert state(cluster, namespace, "low") == "Queued"
-
-    cluster.kubectl("delete", "rlj", "high", "-n", namespace)
-    wait_for(
-        "low admitted once high is gone",
-        lambda: state(cluster, namespace, "low") == "Running",
-        timeout_s=90,
-    )
+    freed_in_order(cluster, namespace, "high", "low")
     reasons = [
         e["reason"]
         for e in get_json(cluster, "events", "-n", namespace)["items"]
@@ -125,12 +130,4 @@ def test_inside_a_priority_the_job_that_plans_less_work_is_admitted_first(
     apply(cluster, namespace, rljob("short", **whole, iterations=10, phaseProfile=profile))
     wait_for("short waits", lambda: state(cluster, namespace, "short") == "Queued")
 
-    cluster.kubectl("delete", "rlj", "filler", "-n", namespace)
-    wait_for(
-        "short admitted first",
-        lambda: state(cluster, namespace, "short") in ("Admitted", "Running"),
-        timeout_s=90,
-    )
-    assert state(cluster, namespace, "long") == "Queued"
-    cluster.kubectl("delete", "rlj", "short", "-n", namespace)
-    wait_for("then long", lambda: state(cluster, namespace, "long") == "Running", timeout_s=90)
+    freed_in_order(cluster, namespace, "short", "long")
