@@ -117,9 +117,6 @@ class Admitter:
                 self.store.put_job(job)
         self._primed = True
 
-    def _waiting(self) -> list[RLJob]:
-        return [job for job in self.live() if job.status.state in WAITING]
-
     def live(self) -> list[RLJob]:
         """Every valid job not finished: the queue and what holds GPUs."""
         out = []
@@ -174,10 +171,13 @@ class Admitter:
         book = await self.kube.read_ledger(self.ledger_namespace)
         entries = dict(book.entries)
         stale = [k for k, e in entries.items() if await self._stale(k, e)]
+        # Read once: nothing below awaits before the decision, so the store holds still.
+        live = self.live()
+        queued = [job for job in live if job.status.state in WAITING]
         # Released by the reconciler (its plan could not bind): decided afresh.
         stale += [
             job.key
-            for job in self._waiting()
+            for job in queued
             if job.key in entries
             and entries[job.key].uid == job.metadata.get("uid")
             and (c := job.status.condition(CONDITION_ADMITTED)) is not None
@@ -190,14 +190,14 @@ class Admitter:
         # operator, between the two writes. The status follows the ledger.
         follow = [
             job
-            for job in self._waiting()
+            for job in queued
             if job.key in entries and entries[job.key].uid == job.metadata.get("uid")
         ]
-        waiting = [job for job in self._waiting() if job.key not in entries]
+        waiting = [job for job in queued if job.key not in entries]
         self.metrics.queue_length.set(len(waiting))
         decisions: dict[str, Admission] = {}
         if waiting:
-            decisions = await self._decide(waiting)
+            decisions = await self._decide(waiting, live)
         uids = {job.key: str(job.metadata.get("uid", "")) for job in waiting}
         admitted = {
             k: Entry(uids[k], {p.pod: p for p in d.placements})
@@ -224,12 +224,12 @@ class Admitter:
             records.append(self._record(job, Admission(job.key, True, placements)))
         await asyncio.gather(*records)
 
-    async def _decide(self, waiting: list[RLJob]) -> dict[str, Admission]:
+    async def _decide(self, waiting: list[RLJob], live: list[RLJob]) -> dict[str, Admission]:
         snapshot = build_snapshot(self.store.nodes.values(), self.store.all_pods(), self._planned())
         capacity = Capacity.of(snapshot)
         decisions: dict[str, Admission] = {}
         candidates = []
-        size = sizes(self.live(), capacity.total_gpus if capacity else 0)
+        size = sizes(live, capacity.total_gpus if capacity else 0)
         for job in waiting:
             if capacity is None:
                 decisions[job.key] = Admission.waiting(

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, admit
-from rlix.core.policy.ordering import critical_jobs, planned_work_left
+from rlix.core.policy.ordering import critical_jobs, planned_work_left, reported_left
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import ClusterSnapshot
@@ -56,8 +56,8 @@ class Size:
 
     @property
     def reported(self) -> float:
-        """What its running pods say: nothing while critical, so its class never parks it."""
-        return 0.0 if self.critical else self.work_left
+        """What its running pods say (``ordering.reported_left``)."""
+        return reported_left(self.work_left, self.critical)
 
 
 def sizes(jobs: Iterable[RLJob], gpus: int) -> dict[str, Size]:

@@ -71,6 +71,12 @@ def is_critical(alone_left_s: float, backlog_gpu_s: float, gpus: int) -> bool:
     return gpus > 0 and alone_left_s > 0 and alone_left_s >= backlog_gpu_s / gpus
 
 
+def reported_left(work_left: float, critical: bool) -> float:
+    """The work left a running job's pods show its class: none while it would
+    set the finish, so that no job of its class parks it (``displaces``)."""
+    return 0.0 if critical else work_left
+
+
 def critical_jobs(work: Mapping[K, tuple[float, int]], gpus: int) -> frozenset[K]:
     """The jobs (key -> (expected GPU-seconds left, GPUs)) that would set the finish.
 

@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, field
 
 from rlix.core.phases import Phase
+from rlix.core.policy.ordering import reported_left
 from rlix.core.sim.workload import (
     ITERATION_PHASES,
     ROLE_ACTIVE,
@@ -78,7 +79,7 @@ class Run:
     def reported_left(self) -> float:
         """What the job's pods report as work left: withheld (0) while a
         critical job holds GPUs, so its own class never parks it."""
-        return 0.0 if self.critical and self.state is not State.QUEUED else self.work_left()
+        return reported_left(self.work_left(), self.critical and self.state is not State.QUEUED)
 
     def advance(self, t: float) -> None:
         self.progress = self.position(t)
