@@ -29,12 +29,19 @@ def pod_suspension(
 
 
 def observed(cluster: Any, namespace: str, pod: str, outcome: str) -> ObservedSuspension:
+    latest: list[tuple[DesiredSuspension | None, ObservedSuspension | None]] = [(None, None)]
+
     def probe() -> ObservedSuspension | None:
         desired, seen, _ = pod_suspension(cluster, namespace, pod)
+        latest[0] = (desired, seen)
         ok = seen is not None and desired is not None and seen.generation == desired.generation
         return seen if ok and seen is not None and seen.outcome.value == outcome else None
 
-    return wait_for(f"{pod}: {outcome} observed", probe, timeout_s=90)
+    try:
+        return wait_for(f"{pod}: {outcome} observed", probe, timeout_s=90)
+    except AssertionError as exc:
+        desired, seen = latest[0]  # what the pod said last, not just "None"
+        raise AssertionError(f"{exc}; desired {desired}, observed {seen}") from None
 
 
 def condition(

@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from rlix.agent.rosters import Rosters
@@ -41,6 +41,12 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 15.0
 # A failed resume is retried this often (the memory stays parked meanwhile).
 RESUME_RETRY_S = 5.0
+# How long after the agent starts a suspend of a pod with no connected process
+# waits, unanswered, for one to connect, before it is refused. A restarted agent
+# is found by its clients within their reconnect backoff (at most 1 s, see
+# rlix.client.link), but a desired suspension already on the pod is seen at the
+# first pass: refusing it then would answer for a trainer that is on its way back.
+RECONNECT_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,7 @@ class Conducting:
         now: Callable[[], datetime],
         rfc3339: Callable[[datetime], str],
         rosters: Rosters | None = None,
+        reconnect_grace_s: float = RECONNECT_GRACE_S,
     ) -> None:
         self._node = node
         self._pods = pods
@@ -92,6 +99,7 @@ class Conducting:
         self._now = now
         self._rfc3339 = rfc3339
         self._rosters = rosters
+        self._grace_until = now() + timedelta(seconds=reconnect_grace_s)
         # uid -> the generation this process answered (the published annotation
         # may lag behind the list: do not act twice on one generation meanwhile).
         self._answered: dict[str, int] = {}
@@ -128,6 +136,8 @@ class Conducting:
             if desired is None or not self._due(pod.uid, state):
                 continue
             observed = self._act(pod, desired.state, desired.target, desired.generation)
+            if observed is None:
+                continue  # not answered yet: asked again at the next pass
             self._answered[pod.uid] = desired.generation
             if observed.outcome is Outcome.FAILED:
                 self._failed_at[pod.uid] = self._now()
@@ -161,7 +171,8 @@ class Conducting:
 
     def _act(
         self, pod: NodePod, want: State, target: proto.Location, generation: int
-    ) -> ObservedSuspension:
+    ) -> ObservedSuspension | None:
+        """What was done about this generation; None while it must wait (unanswered)."""
         at = self._rfc3339(self._now())
 
         def report(state: State, outcome: Outcome, error: str = "") -> ObservedSuspension:
@@ -172,6 +183,8 @@ class Conducting:
             if self._executor.parked_bytes(pod.uid) is not None:
                 return report(State.SUSPENDED, Outcome.SUSPENDED)  # done before: not twice
             if not self._executor.connected(pod.uid):
+                if self._now() < self._grace_until:
+                    return None  # its processes may still be reconnecting to this agent
                 return report(
                     State.RUNNING,
                     Outcome.REFUSED,

@@ -43,6 +43,9 @@ class Connection:
         self._pending_lock = threading.Lock()
         self.closed = threading.Event()
         self.hooks: tuple[str, ...] = ()
+        # Set when its hello arrives: until then its hooks (and so how it is
+        # suspended) are unknown.
+        self.greeted = False
 
     @property
     def pid(self) -> int:

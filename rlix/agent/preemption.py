@@ -79,6 +79,9 @@ class Preemption:
         # it has no "relocated" record yet, and must not be reconciled away.
         self._relocating: set[tuple[str, int]] = set()
         self._suspending: set[str] = set()  # pod uids with a suspend in flight
+        # (pod uid, pid) of processes that reconnected parked without a record and
+        # are being resumed (see on_hello): a suspend of the pod waits for them.
+        self._waking: set[tuple[str, int]] = set()
         # Called when memory left or came back to the GPUs (the server publishes
         # the node's GPU state then). The conductor reads a GPU's measured use
         # as a floor for what it owes; published only every --publish-interval,
@@ -179,6 +182,8 @@ class Preemption:
         pod = conn.caller.pod
         assert pod is not None
         with self._lock:
+            conn.greeted = True
+            self._attached.notify_all()
             rec = self.suspended.get(pod.uid)
             recorded = rec is not None and conn.pid in rec.processes
         if parked is None:
@@ -215,6 +220,8 @@ class Preemption:
             pod.key,
             manifest.where,
         )
+        with self._lock:
+            self._waking.add((pod.uid, conn.pid))
         threading.Thread(
             target=self._resume_unrecorded, args=(conn, manifest, parked), daemon=True
         ).start()
@@ -222,6 +229,16 @@ class Preemption:
 
     def _resume_unrecorded(self, conn: Connection, manifest: Manifest, doc: Any) -> None:
         """Bring back a process that is parked without a record (see :meth:`on_hello`)."""
+        pod = conn.caller.pod
+        assert pod is not None
+        try:
+            self._wake(conn, manifest, doc)
+        finally:
+            with self._lock:
+                self._waking.discard((pod.uid, conn.pid))
+                self._attached.notify_all()
+
+    def _wake(self, conn: Connection, manifest: Manifest, doc: Any) -> None:
         pod = conn.caller.pod
         assert pod is not None
         if manifest.relocated:
@@ -304,9 +321,16 @@ class Preemption:
             return sorted(self._suspending)
 
     def connected(self, uid: str) -> bool:
-        """Whether a process of this pod is connected (so there is someone to suspend)."""
+        """Whether a process of this pod is connected and said hello (someone to suspend)."""
         with self._lock:
-            return bool(self._sessions.get(uid))
+            return any(c.greeted for c in self._sessions.get(uid, {}).values())
+
+    def _ready_to_suspend(self, uid: str) -> bool:
+        """No process of the pod is being resumed from before this agent started
+        (see :meth:`on_hello`) or has yet to say hello (its hooks unknown)."""
+        conns = self._sessions.get(uid, {}).values()
+        waking = any(u == uid for u, _ in self._waking)
+        return not waking and all(c.greeted for c in conns)
 
     # -- suspend -----------------------------------------------------------------
     def suspend_pod(self, uid: str, target: Location = proto.SELF) -> dict[str, Any]:
@@ -326,6 +350,16 @@ class Preemption:
                     proto.E_BAD_FIELD, f"target '{target}': this node has {count} GPUs"
                 )
         with self._lock:
+            # A suspend sent to a process still parked from before this agent
+            # started would be answered "parked" and recorded, and the resume in
+            # flight would then bring it back under a record that says parked;
+            # one sent before a process's hello would take it for hook-less.
+            if not self._attached.wait_for(lambda: self._ready_to_suspend(uid), self._timeout_s):
+                raise proto.ProtocolError(
+                    proto.E_CONFLICT,
+                    f"pod {uid}: a process is still reconnecting (no hello, or being resumed "
+                    f"from a park this agent has no record of) after {self._timeout_s}s",
+                )
             if uid in self.suspended:
                 since = self.suspended[uid].since
                 raise proto.ProtocolError(

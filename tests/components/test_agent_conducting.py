@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rlix.agent.conducting import Conducting, NodePod
+from rlix.agent.conducting import RECONNECT_GRACE_S, Conducting, NodePod
 from rlix.agent.preemption import rfc3339
 from rlix.agent.rosters import Rosters
 from rlix.core import agent_protocol as proto
@@ -143,13 +143,33 @@ def test_a_suspend_that_fails_part_way_is_rolled_back() -> None:
     assert UID not in executor.records, "the pod keeps its memory and runs on"
 
 
-def test_a_pod_with_no_registered_process_is_refused() -> None:
+def test_a_pod_with_no_registered_process_is_refused_once_the_reconnect_grace_is_over() -> None:
+    clock = Clock()
     pods, executor = Pods(), FakeExecutor(connected_pods=set())
+    conducting = loop(pods, executor, clock)
     pods.want(1, State.SUSPENDED)
-    loop(pods, executor).pass_once()
+    conducting.pass_once()
+    assert ANNOTATION_OBSERVED not in pods.notes, "unanswered while its trainer may reconnect"
+    clock.t += timedelta(seconds=RECONNECT_GRACE_S)
+    conducting.pass_once()
     seen = pods.observed()
     assert seen.outcome is Outcome.REFUSED and "NoMemoryRegistered" in seen.error
     assert executor.calls == []
+
+
+def test_a_trainer_that_reconnects_within_the_grace_is_suspended() -> None:
+    """A restarted agent sees the pending suspend before the trainer is back."""
+    clock = Clock()
+    pods, executor = Pods(), FakeExecutor(connected_pods=set())
+    conducting = loop(pods, executor, clock)
+    pods.want(1, State.SUSPENDED)
+    conducting.pass_once()
+    clock.t += timedelta(seconds=RECONNECT_GRACE_S / 2)
+    executor.connected_pods.add(UID)
+    conducting.pass_once()
+    seen = pods.observed()
+    assert (seen.generation, seen.outcome) == (1, Outcome.SUSPENDED)
+    assert executor.calls == [f"suspend {UID} self"]
 
 
 def test_a_failed_resume_is_retried_until_the_memory_is_back() -> None:

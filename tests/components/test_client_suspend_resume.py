@@ -233,6 +233,76 @@ def test_a_process_claiming_to_be_parked_is_resumed_not_recorded(agent: AgentPro
     assert ANNOTATION_SUSPENDED not in agent.published().get(("pod", POD), {})
 
 
+# A process that is slow to be ready for a suspend, in one of two ways, and
+# prints each request as it arrives (read while it waits). "late-hello": it
+# connects, then says hello (with its hooks) only when the test says "go".
+# "parked": it comes back parked (its agent died mid-suspend) and answers the
+# agent's resume only when the test says "go".
+SLOW_TO_BE_READY = r"""
+import json, socket, sys, threading
+mode = sys.argv[2]
+sys.stdin.readline()  # wait until the test has put this PID in a pod
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+parked = {"where": "self", "entries": [{"name": "w/x", "nbytes": 8, "checksum": "c"}]}
+def send(**msg):
+    s.sendall(json.dumps({"v": 1, **msg}).encode() + b"\n")
+def reply(msg, **body):
+    send(re=msg["id"], ok=True, **body)
+def resume(msg):
+    sys.stdin.readline()  # "go"
+    reply(msg, checksums={"w/x": "c"})
+if mode == "late-hello":
+    print(json.dumps({"connected": True}), flush=True)
+    sys.stdin.readline()  # "go"
+send(id=1, op="hello", hooks=["w"], parked=parked if mode == "parked" else None)
+for line in s.makefile("rb"):
+    msg = json.loads(line)
+    if "re" in msg:
+        continue
+    print(json.dumps({"asked": msg["op"]}), flush=True)
+    if msg["op"] == "resume":
+        threading.Thread(target=resume, args=(msg,)).start()
+    elif msg["op"] == "suspend":
+        reply(msg, manifest=parked)
+"""
+
+
+@pytest.mark.parametrize("mode", ["late-hello", "parked"])
+def test_a_suspend_waits_until_every_process_of_the_pod_is_ready_for_it(
+    agent: AgentProcess, mode: str
+) -> None:
+    """Both happen right after an agent restart. Sent before the hello, the
+    suspend would take the process for one without hooks (transparent suspend,
+    refused here). Sent before the resume of a process that came back parked is
+    answered, it would be answered "parked" and recorded, and the resume would
+    then run the process under a record that says it is parked."""
+    with pod_process(agent, SLOW_TO_BE_READY, str(agent.socket), mode) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        first = {"late-hello": {"connected": True}, "parked": {"asked": "resume"}}[mode]
+        assert json.loads(proc.stdout.readline()) == first
+        deadline = time.monotonic() + 20
+        while str(proc.pid) not in agent.control(proto.OP_STATUS).body["connected"].get(UID, {}):
+            assert time.monotonic() < deadline, agent.log_text()
+            time.sleep(0.05)
+        answers: list[proto.Reply] = []
+        suspend = threading.Thread(
+            target=lambda: answers.append(agent.control(proto.OP_SUSPEND_POD, pod_uid=UID)),
+            daemon=True,
+        )
+        suspend.start()
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        assert not ready, f"asked before it was ready: {proc.stdout.readline()}"
+        assert not answers, answers
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline()) == {"asked": "suspend"}
+        suspend.join(timeout=30)
+        assert answers and answers[0].ok, answers
+        status = agent.control(proto.OP_STATUS).body
+        assert list(status["suspended"]) == [UID], status
+
+
 def test_a_process_claiming_the_agent_holds_its_memory_is_refused(agent: AgentProcess) -> None:
     with pod_process(agent, LIAR, str(agent.socket), "host") as proc:
         assert proc.stdout is not None
