@@ -133,7 +133,11 @@ def rows_for(runs: Runs) -> list[Row]:
             f"stretch, top priority ({classes[0]}), open",
             "lower",
             _open(lambda r: r.top_stretch),
-            lambda bs: f">= {_med(bs, lambda b: b.top_stretch):.1f}",
+            lambda bs: (
+                f"excl {_med(bs, lambda b: b.exclusive_top_stretch):.2f} / "
+                f"pairs {_med(bs, lambda b: b.pair_top_stretch):.2f} / "
+                f"share {_med(bs, lambda b: b.sharing_top_stretch):.2f}"
+            ),
         )
     )
     for category in first.categories():
@@ -203,6 +207,104 @@ def table(runs: Runs) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Target:
+    """One of issue 16's targets: RLix's median against a goal and the bounds on it."""
+
+    label: str
+    better: str  # "higher" | "lower"
+    value: Callable[[Runs], float]  # RLix's median
+    goal: Callable[[Runs], float]  # the number to reach
+    pairs: Callable[[Bounds], float]  # the estimate under the sharing rules
+    proved: Callable[[Bounds], float]  # holds for every scheduler
+    fmt: str = "{:.2f}"
+
+
+def _median_of(name: str, f: Callable[[Runs, str], list[float]]) -> Callable[[Runs], float]:
+    return lambda runs: statistics.median(f(runs, name))
+
+
+def _best(
+    f: Callable[[Runs, str], list[float]], pick: Callable[..., float]
+) -> Callable[[Runs], float]:
+    return lambda runs: pick(statistics.median(f(runs, n)) for n in runs.open if n != SUBJECT)
+
+
+_CLOSED_PER_H = _closed(lambda r: r.closed_per_h)
+_JCT = _open(lambda r: r.jct_mean_s / 60)
+TARGETS = (
+    Target(
+        "capacity >= 1.4",
+        "higher",
+        _median_of(SUBJECT, _closed(lambda r: r.capacity)),
+        lambda runs: 1.4,
+        lambda b: b.pair_capacity,
+        lambda b: b.sharing_capacity,
+    ),
+    Target(
+        "closed-batch throughput >= 1.3x the best baseline (jobs/h)",
+        "higher",
+        _median_of(SUBJECT, _CLOSED_PER_H),
+        lambda runs: 1.3 * _best(_CLOSED_PER_H, max)(runs),
+        lambda b: b.pair_closed_per_h,
+        lambda b: b.sharing_closed_per_h,
+    ),
+    Target(
+        "mean JCT <= 0.7x gang-binpack's (min)",
+        "lower",
+        _median_of(SUBJECT, _JCT),
+        lambda runs: 0.7 * statistics.median(_JCT(runs, "gang-binpack")),
+        lambda b: b.pair_jct_mean_s / 60,
+        lambda b: b.sharing_jct_mean_s / 60,
+        "{:.0f}",
+    ),
+    Target(
+        "top-priority stretch <= 1.2",
+        "lower",
+        _median_of(SUBJECT, _open(lambda r: r.top_stretch)),
+        lambda runs: 1.2,
+        lambda b: b.pair_top_stretch,
+        lambda b: b.sharing_top_stretch,
+    ),
+)
+
+
+def target_status(reached: bool, pairs_beyond: bool, proved_beyond: bool) -> str:
+    if reached:
+        return "met"
+    if proved_beyond:
+        return "out of reach for every scheduler (proved bound)"
+    if pairs_beyond:
+        return "out of reach under the model (pairs estimate)"
+    return "not met; no bound rules it out"
+
+
+def targets(runs: Runs) -> str:
+    """Issue 16's targets for this mix: RLix, the goal, the bounds, and which holds.
+
+    A target is out of reach where the bound's median is beyond it: RLix's
+    median is at least the median of its per-seed lower bounds (at most, for
+    the higher-is-better ones), so no run of the same kind meets it.
+    """
+    if SUBJECT not in runs.open or "gang-binpack" not in runs.open:
+        return ""
+    lines = [
+        "| target (issue 16) | goal | rlix | pairs | proved | status |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in TARGETS:
+        goal, mine = t.goal(runs), t.value(runs)
+        pairs = statistics.median(t.pairs(b) for b in runs.bounds)
+        proved = statistics.median(t.proved(b) for b in runs.bounds)
+        if t.better == "higher":
+            status = target_status(mine >= goal, pairs < goal, proved < goal)
+        else:
+            status = target_status(mine <= goal, pairs > goal, proved > goal)
+        cells = [t.label, *(t.fmt.format(v) for v in (goal, mine, pairs, proved)), status]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def run_mix(
     mix_name: str,
     seeds: Sequence[int],
@@ -222,7 +324,7 @@ def run_mix(
                 runs.wall_s[name] = runs.wall_s.get(name, 0.0) + wall
                 getattr(runs, kind).setdefault(name, []).append(result)
                 print(f"  {mix_name} seed {seed} {kind:6} {name}: {wall:.1f} s", file=sys.stderr)
-        pair = pair_ceiling(mix.jobs, cfg.interference)
+        pair = pair_ceiling(mix.jobs, cfg.interference, cfg.memory_mib)
         closed, arrived = runs.closed[schedulers[0]][-1], runs.open[schedulers[0]][-1]
         runs.bounds.append(bounds(closed, cfg.interference, pair, arrivals=arrived))
     return runs
@@ -258,8 +360,14 @@ def write_mix(
         f"capacity {_bound_spread(runs, lambda b: b.sharing_capacity)}, kappa "
         f"{_bound_spread(runs, lambda b: b.kappa)}) are proved in docs/simulator.md; "
         f'"pairs" (pair ceiling {_bound_spread(runs, lambda b: b.pair_ceiling)}) is the '
-        "estimate for two drifting jobs per GPU under the sharing rules, defined there.\n\n"
-        f"{text}\n\nWall time, all seeds, open + closed (this machine, shared 2 cores):\n\n"
+        "estimate for two jobs per GPU under the sharing rules (drifting, or taking turns\n"
+        "under the phase gate), defined there. The mean-JCT and stretch bounds come from\n"
+        "the width-aware flow-time relaxation (each job no faster and no wider than alone;\n"
+        'docs/simulator.md, "Mean JCT and stretch with widths"): "excl" holds for every\n'
+        'scheduler that gives a GPU to one job at a time, "share" for every scheduler,\n'
+        '"pairs" is the estimate; a target beyond its bound is out of reach.\n\n'
+        f"{text}\n\n{_targets_section(runs)}"
+        "Wall time, all seeds, open + closed (this machine, shared 2 cores):\n\n"
         f"{speed}\n\nDefinitions and caveats: docs/simulator.md.\n"
     )
     (out / f"{mix}{tag}.md").write_text(doc, encoding="utf-8")
@@ -280,7 +388,18 @@ def write_mix(
         plot(mix, [rs[0] for rs in runs.open.values()], out)
     except ImportError:  # matplotlib comes with the [bench] extra only
         print(f"  {mix}: matplotlib missing, plots not redrawn", file=sys.stderr)
-    return f"## {mix}\n\n{text}\n"
+    return f"## {mix}\n\n{text}\n\n{targets(runs)}\n"
+
+
+def _targets_section(runs: Runs) -> str:
+    found = targets(runs)
+    if not found:
+        return ""
+    return (
+        "Issue 16's targets (medians over seeds; pairs: the estimate under the sharing\n"
+        "rules and the run's matrix; proved: holds for every scheduler):\n\n"
+        f"{found}\n\n"
+    )
 
 
 def _summary(r: SimResult) -> dict[str, Any]:
@@ -309,7 +428,12 @@ COMPARED: tuple[tuple[str, Callable[[Runs, str], list[float]], str, Limit], ...]
         "{:.0f}",
         lambda b: b.sharing_jct_mean_s / 60,
     ),
-    ("top-priority stretch", _open(lambda r: r.top_stretch), "{:.2f}", None),
+    (
+        "top-priority stretch",
+        _open(lambda r: r.top_stretch),
+        "{:.2f}",
+        lambda b: b.sharing_top_stretch,
+    ),
 )
 
 

@@ -130,6 +130,10 @@ class Workload:
     # job model; in a cluster the conductor could, from the phase changes the
     # pods report and the agent's utilisation counters (docs/simulator.md).
     load_profile: tuple[PhaseLoad, ...] = ()
+    # Alone seconds of one iteration of its job (what the profile's shares
+    # divide); 0 when unknown. The phase gate's pair estimate needs it
+    # (``placement.gating``): turns only pay between cycles of similar length.
+    iteration_s: float = 0.0
     # Expected GPU-seconds of work its job has left; 0 when unknown (or, for a
     # running job that would set the finish, withheld so its class never parks
     # it). Orders and displaces jobs inside a priority (``policy.ordering``).

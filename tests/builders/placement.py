@@ -89,6 +89,10 @@ class PodBuilder:
         profile = tuple(PhaseLoad(Phase(ph), share, p) for ph, share, p in segments)
         return PodBuilder(replace(self.w, load_profile=profile))
 
+    def iteration(self, seconds: float) -> PodBuilder:
+        """Alone seconds of one iteration of its job (the phase gate's estimate)."""
+        return PodBuilder(replace(self.w, iteration_s=seconds))
+
     def work_left(self, gpu_s: float) -> PodBuilder:
         """Expected GPU-seconds its job has left (``policy.ordering``)."""
         return PodBuilder(replace(self.w, work_left=gpu_s))

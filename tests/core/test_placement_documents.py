@@ -18,7 +18,7 @@ def sample() -> Any:
         .with_pods(
             pod("x").job("j", gang=2).role("rollout").gpus(2).memory(rollout=10, training=20)
             .phase("rollout").priority(3).on("a", 0, 1)
-            .load(("rollout", 0.75, 0.6), ("training", 0.25, 1.0)),
+            .load(("rollout", 0.75, 0.6), ("training", 0.25, 1.0)).iteration(312.5),
             pod("y").suspended().preemptible(False),
         )
         .build()
@@ -46,6 +46,8 @@ def test_round_trip_is_exact_through_json() -> None:
         (lambda d: d["nodes"][0]["gpus"].append("gpu"), "gpus[2] must be an object"),
         (lambda d: d["workloads"][0]["loadProfile"][0].update(share=2.0), "share/pressure"),
         (lambda d: d["workloads"][0]["loadProfile"][0].update(share="x"), "must be numbers"),
+        (lambda d: d["workloads"][0].update(iterationSeconds=-1.0), "iterationSeconds"),
+        (lambda d: d["workloads"][0].update(iterationSeconds="5"), "iterationSeconds"),
     ],
 )
 def test_bad_documents_name_the_field(edit: Any, words: str) -> None:

@@ -14,7 +14,7 @@ from rlix.core.sim.engine import simulate
 from rlix.core.sim.interference import DEFAULT
 from rlix.core.sim.metrics import bounds
 from rlix.core.sim.mixes import closed_batch
-from rlix.core.sim.schedulers import kube_default, rlix
+from rlix.core.sim.schedulers import gang_binpack, kube_default, rlix
 from tests.core.test_sim_helpers import mix_of, spec
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "simulate.py"
@@ -59,3 +59,31 @@ def test_a_bad_interference_file_is_refused_naming_the_file_and_cell(
         bench.load_interference(bad, "time_slicing")
     good = SCRIPT.parent / "results" / "gpu_interference.json"
     assert bench.load_interference(good, "time_slicing").cells == DEFAULT.cells
+
+
+def test_targets_say_met_out_of_reach_or_open(bench: ModuleType) -> None:
+    assert bench.target_status(True, True, True) == "met"
+    assert bench.target_status(False, True, True).startswith("out of reach for every scheduler")
+    assert bench.target_status(False, True, False).startswith("out of reach under the model")
+    assert bench.target_status(False, False, False) == "not met; no bound rules it out"
+    runs = bench.Runs()
+    for seed in (0, 1, 2):
+        mix = mix_of(spec("t/a", 0), spec("t/b", 1, arrival=float(seed)))
+        for name, make in (("gang-binpack", gang_binpack), ("rlix", rlix)):
+            runs.open.setdefault(name, []).append(simulate(mix, make()))
+            runs.closed.setdefault(name, []).append(simulate(closed_batch(mix), make()))
+        runs.bounds.append(bounds(runs.closed["rlix"][-1], DEFAULT, arrivals=runs.open["rlix"][-1]))
+    rows = bench.targets(runs).splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == [f"| {t.label}" for t in bench.TARGETS]
+    # Two 8-GPU jobs on one 8-GPU node (the cluster components' rules: memory
+    # fit only, so they share and slow each other): the pair estimate rules out
+    # capacity, throughput and stretch; for mean JCT even the bound that holds
+    # for every scheduler (one job's wait at least) is above 0.7x gang-binpack's.
+    status = [r.split(" | ")[-1].rstrip(" |") for r in rows]
+    assert status == [
+        "out of reach under the model (pairs estimate)",
+        "out of reach under the model (pairs estimate)",
+        "out of reach for every scheduler (proved bound)",
+        "out of reach under the model (pairs estimate)",
+    ]
+    assert bench.targets(bench.Runs()) == ""

@@ -8,7 +8,7 @@ weighs the two with plain numbers, so it is testable without a simulation:
 
 * the pair would still overlap for ``W = min(R_m / r_m, R_p / r_p)`` wall
   seconds (``R`` alone-seconds left, ``r`` expected paired rate, from
-  ``sharing.expected_rates``);
+  ``sharing.pair_rates``);
 * over that span the mover saves ``W * (1 - r_m)`` seconds, the partner
   ``W * (1 - r_p)``; the mover pays ``copy_s`` (device-to-host plus
   host-to-device, plus node-to-node if it changes node);

@@ -179,6 +179,7 @@ def pods_of(run: Run, t: float, cluster: Cluster) -> tuple[Workload, ...]:
                 gpu_indices=gpus,
                 gang_size=pods,
                 load_profile=profile.pod_load_profile(role),
+                iteration_s=profile.iteration_s,
                 work_left=left,
             )
         )

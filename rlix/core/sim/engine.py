@@ -16,10 +16,11 @@ import heapq
 from collections import Counter
 from collections.abc import Callable
 
-from rlix.core.phases import Phase
+from rlix.core.phases import Phase, shape_of
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.policy.ordering import class_key, critical_jobs
-from rlix.core.policy.placement.sharing import SharingRules, expected_rates
+from rlix.core.policy.placement.gating import Busy, gains_by_entering
+from rlix.core.policy.placement.sharing import SharingRules, pair_rates, pair_traits, takes_turns
 from rlix.core.policy.rebalance import PairSplit, split_pair_gain
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
@@ -30,6 +31,7 @@ from rlix.core.sim.records import DecisionRecord, SimConfig
 from rlix.core.sim.runs import Run, State
 from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler
 from rlix.core.sim.workload import profile_for
+from rlix.core.snapshot import PhaseLoad
 
 __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 
@@ -120,6 +122,16 @@ class Simulation:
             else None
         )
         self.rebalanced_at = -1  # ``released`` as of the last look
+        # The phase gate (``placement.gating``), with the same rules: a sharing
+        # job at the start of a busy phase waits (rate 0, holding its GPUs)
+        # while entering would lower its GPUs' progress. Job -> waiting since.
+        self.gate_rules = (
+            self.rebalance_rules
+            if self.rebalance_rules is not None and self.rebalance_rules.phase_gate
+            else None
+        )
+        self.gated: dict[int, float] = {}
+        self.entering: set[int] = set()  # placed, not yet through the gate
 
     # -- event plumbing ------------------------------------------------------
     def _push(self, t: float, kind: int, job: int = -1, version: int = 0) -> None:
@@ -175,6 +187,7 @@ class Simulation:
 
     def _complete(self, run: Run, t: float) -> None:
         self.released += 1
+        self._ungate(run)
         neighbours = self._neighbours(run)
         self._forget_groups(run)
         self.cluster.detach(run)
@@ -204,6 +217,10 @@ class Simulation:
         seg = run.seg if run.stepping else run.segment_at(run.t_ref)
         return run.timeline.pressures[seg], run.phase_of(seg)
 
+    def _ungate(self, run: Run) -> None:
+        self.gated.pop(run.id, None)
+        self.entering.discard(run.id)
+
     def _refresh(self, ids: set[int], t: float) -> None:
         """Re-plan ``ids`` after something on their GPUs changed at ``t``."""
         res = self.cluster.res
@@ -215,18 +232,77 @@ class Simulation:
             if shared and not run.stepping:
                 run.seg = was
             run.stepping = shared
+        if self.gate_rules is not None:
+            self._gate(active, t)
         seen: dict[int, tuple[float, Phase] | None] = {}
         for run in active:  # pass 2: rates and next events
             assert run.timeline is not None
             run.version += 1
             if not run.stepping:
+                self._ungate(run)
                 run.rate = 1.0
                 self._push(t + run.timeline.total_s - run.progress, SEGMENT, run.id, run.version)
+                continue
+            if run.id in self.gated:
+                run.rate = 0.0  # waits at the gate: the holder's phase end refreshes it
                 continue
             run.rate = self._rate(run, seen)
             end = run.timeline.group_end[run.seg]
             left = max(0.0, run.timeline.ends[end] - run.progress)
             self._push(t + left / run.rate, SEGMENT, run.id, run.version)
+
+    def _gate(self, active: list[Run], t: float) -> None:
+        """Which sharing jobs at the start of a phase go in now (``placement.gating``).
+
+        The longest-waiting decides first (so two jobs take turns); one that
+        goes in holds its GPUs for the ones deciding after it. A job placed on
+        GPUs (``entering``) passes the gate before it runs, wherever it resumes.
+        """
+        at_start = [
+            r
+            for r in active
+            if r.stepping and (r.id in self.gated or r.id in self.entering or _at_phase_start(r))
+        ]
+        since = {r.id: self.gated.pop(r.id, t) for r in at_start}
+        undecided = set(since)
+        for run in sorted(at_start, key=lambda r: (since[r.id], r.id)):
+            undecided.discard(run.id)
+            if self._must_wait(run, undecided):
+                self.gated[run.id] = since[run.id]
+            else:
+                self.entering.discard(run.id)
+
+    def _must_wait(self, run: Run, undecided: set[int]) -> bool:
+        """Whether entering ``run``'s phase now would lower the progress of a GPU
+        where a pod it takes turns with (``sharing.takes_turns``) is working."""
+        rules, res = self.gate_rules, self.cluster.res
+        assert rules is not None and run.timeline is not None
+        seg = run.seg
+        entering: Busy = (shape_of(run.phase_of(seg)), run.timeline.pressures[seg])
+        for k, (node, gpus) in enumerate(run.placements):
+            if not run.pod_active(k, seg):
+                continue
+            mine = self._pod_cycle(run, k)
+            for g in gpus:
+                holders: list[Busy] = []
+                for j in dict.fromkeys(res[node][g]):
+                    if j == run.id or j in undecided or j in self.gated:
+                        continue
+                    other = self.runs[j]
+                    for q in other.pods_on(node, g):
+                        state = self.pod_pressure_phase(other, q)
+                        if state is not None and takes_turns(
+                            rules, *mine, *self._pod_cycle(other, q)
+                        ):
+                            holders.append((shape_of(state[1]), state[0]))
+                if holders and not gains_by_entering(rules, entering, holders):
+                    return True
+        return False
+
+    @staticmethod
+    def _pod_cycle(run: Run, pod: int) -> tuple[tuple[PhaseLoad, ...], float]:
+        """A pod's declared cycle: its load profile and its job's iteration length."""
+        return run.profile.pod_load_profile(run.spec.pod_roles[pod]), run.profile.iteration_s
 
     def _groups(self, run: Run) -> list[tuple[int, ...]]:
         """The distinct sets of co-residents over ``run``'s GPUs (cached until a move)."""
@@ -255,9 +331,8 @@ class Simulation:
                     state = seen[k]
                 else:
                     other = self.runs[k]
-                    state = seen[k] = (
-                        self.pressure_phase(other) if other.state is State.RUNNING else None
-                    )
+                    running = other.state is State.RUNNING and k not in self.gated
+                    state = seen[k] = self.pressure_phase(other) if running else None
                 if state is not None:
                     load += state[0] * table[state[1]]
             worst = max(worst, load)
@@ -266,7 +341,7 @@ class Simulation:
     def pod_pressure_phase(self, run: Run, pod: int) -> tuple[float, Phase] | None:
         """(pressure, phase) of ``run``'s pod ``pod`` now; None while it idles or
         the job is not running (an idle pool presses on nobody)."""
-        if run.state is not State.RUNNING or run.timeline is None:
+        if run.state is not State.RUNNING or run.timeline is None or run.id in self.gated:
             return None
         seg = run.seg if run.stepping else run.segment_at(run.t_ref)
         if not run.pod_active(pod, seg):
@@ -308,6 +383,9 @@ class Simulation:
             run.delay += run.profile.first_load_s
         self.started += 1
         self.queue.pop(run.id, None)
+        self._ungate(run)
+        if self.gate_rules is not None:
+            self.entering.add(run.id)
         run.placements = placements
         run.state, run.rate, run.stepping = State.LOADING, 0.0, False
         run.version += 1
@@ -320,6 +398,7 @@ class Simulation:
     def stop(self, run: Run, t: float) -> None:
         """Take ``run`` off its GPUs (its progress as of ``t``) and re-plan its neighbours."""
         self.released += 1
+        self._ungate(run)
         neighbours = self._neighbours(run)
         if run.state is State.RUNNING:
             run.advance(t)
@@ -446,7 +525,8 @@ class Simulation:
         self, run: Run, partner: Run, t: float, rules: SharingRules, copy_s: float
     ) -> PairSplit | None:
         """The candidate move as numbers: remaining work and expected paired rates
-        (``expected_rates`` over the pods that share a GPU; the slowest counts)."""
+        (``sharing.pair_rates`` over the pods that share a GPU, gated or
+        drifting; the slowest counts)."""
         assert run.timeline is not None and partner.timeline is not None
         mine = pods_of(run, t, self.cluster)
         theirs = pods_of(partner, t, self.cluster)
@@ -454,8 +534,9 @@ class Simulation:
         for k, (node, gpus) in enumerate(run.placements):
             for q, (pnode, pgpus) in enumerate(partner.placements):
                 if pnode == node and set(gpus) & set(pgpus):
-                    a, b = expected_rates(rules, mine[k].load_profile, theirs[q].load_profile)
-                    rate_m, rate_p = min(rate_m, a), min(rate_p, b)
+                    rates = pair_rates(rules, pair_traits(mine[k]), pair_traits(theirs[q]))
+                    if rates is not None:
+                        rate_m, rate_p = min(rate_m, rates[0]), min(rate_p, rates[1])
         if rate_m >= 1.0:
             return None
         return PairSplit(
@@ -553,6 +634,12 @@ class Simulation:
         if admission.admitted:
             self.start(run, admission, t)
         return admission.admitted
+
+
+def _at_phase_start(run: Run) -> bool:
+    """Whether a sharing job stands at the start of its current segment group."""
+    assert run.timeline is not None
+    return run.progress == (run.timeline.ends[run.seg - 1] if run.seg > 0 else 0.0)
 
 
 def simulate(

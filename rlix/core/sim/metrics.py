@@ -46,8 +46,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rlix.core.phases import Shape
-from rlix.core.policy.placement.sharing import SharingRules, expected_rates
+from rlix.core.policy.placement.sharing import SharingRules, pair_rates
+from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster
+from rlix.core.sim.flowbound import FlowJob, min_weighted_flow_s
 from rlix.core.sim.interference import Interference
 from rlix.core.sim.runs import Run, State
 from rlix.core.sim.workload import (
@@ -361,16 +363,22 @@ class Bounds:
     exclusive_closed_per_h: float
     sharing_closed_per_h: float
     jct_mean_s: float  # lower bound, any scheduler: mean alone duration with first load
-    top_stretch: float  # lower bound, any scheduler
+    top_stretch: float  # lower bound, any scheduler (= sharing_top_stretch, at least 1)
     kappa: float  # most useful work one shared GPU can deliver per second
     # Estimates for two drifting jobs per GPU under the sharing rules (``pair_ceiling``):
     pair_ceiling: float = 1.0
     pair_capacity: float = 0.0
     pair_closed_per_h: float = 0.0
-    # Lower bounds on mean JCT that count queueing (``queueing_jct_s``); pairs: estimate.
+    # Lower bounds on mean JCT that count queueing: the larger of the counting
+    # bound (``queueing_jct_s``) and the width-aware one (``flow_bounds``);
+    # pairs: estimate.
     exclusive_jct_mean_s: float = 0.0
     pair_jct_mean_s: float = 0.0
     sharing_jct_mean_s: float = 0.0
+    # Lower bounds on the top priority class's mean stretch (``flow_bounds``).
+    exclusive_top_stretch: float = 1.0
+    pair_top_stretch: float = 1.0
+    sharing_top_stretch: float = 1.0
 
 
 def sharing_kappa(interference: Interference, max_residents: int) -> float:
@@ -390,31 +398,47 @@ def sharing_kappa(interference: Interference, max_residents: int) -> float:
     return 1.0 if i >= 1.0 else n / (1.0 + i * (n - 1))
 
 
-def pair_ceiling(jobs: Iterable[JobSpec], interference: Interference) -> float:
+def pair_ceiling(
+    jobs: Iterable[JobSpec], interference: Interference, memory_mib: int = hw.H200_MEMORY_MIB
+) -> float:
     """Best expected progress of two jobs of one priority class on a GPU (>= 1).
 
-    Rule 5's own expectation (``sharing.expected_rates``: two cycles drifting
-    independently, each pod's declared load profile) over every pair of pod
-    kinds in ``jobs``; 1 where no pair beats running them one after the other.
-    Pods, not jobs, meet on a GPU: a colocated job's pods carry the job's
-    profile, a disaggregated job's rollout and trainer pods each their own
-    (idle while the other pool works), so the pairs judged are the real ones.
-    A kind is counted once per job that has it. An estimate for the policy
-    class "at most two jobs per GPU, one class", not a proof (docs/simulator.md).
+    Rule 5's own expectation (``sharing.pair_rates``: two cycles drifting
+    independently, or taking turns under the phase gate where both pods idle
+    part of their cycle; each pod's declared load profile) over every pair of
+    pod kinds in ``jobs`` that fit one GPU's memory together in their smallest
+    phases; 1 where no pair beats running them one after the other. Pods, not
+    jobs, meet on a GPU: a colocated job's pods carry the job's profile, a
+    disaggregated job's rollout and trainer pods each their own (idle while the
+    other pool works), so the pairs judged are the real ones. A kind is counted
+    once per job that has it. An estimate for the policy class "at most two
+    jobs per GPU, one class", not a proof (docs/simulator.md).
     """
     rules = SharingRules(interference.cells)
-    count: Counter[tuple[int, tuple[PhaseLoad, ...]]] = Counter()
+    count: Counter[tuple[int, tuple[PhaseLoad, ...], float, int]] = Counter()
     for s in jobs:
         p = profile_for(s)
-        count.update({(s.priority, p.pod_load_profile(role)) for role in s.pod_roles})
+        count.update(
+            {
+                (s.priority, p.pod_load_profile(role), p.iteration_s,
+                 min(p.pod_memory_mib(role).values()))
+                for role in s.pod_roles
+            }
+        )  # fmt: skip
     kinds = sorted(count, key=repr)
     best = 1.0
-    for i, (priority, mine) in enumerate(kinds):
+    for i, (priority, mine, my_s, my_mib) in enumerate(kinds):
         for j in range(i, len(kinds)):
-            other, theirs = kinds[j]
+            other, theirs, their_s, their_mib = kinds[j]
             # A kind pairs with itself only when the mix has two jobs of it.
-            if other == priority and (j > i or count[kinds[i]] > 1):
-                best = max(best, sum(expected_rates(rules, mine, theirs)))
+            if other != priority or not (j > i or count[kinds[i]] > 1):
+                continue
+            if my_mib + their_mib > memory_mib:
+                continue
+            shapes = frozenset[Shape]()
+            rates = pair_rates(rules, (shapes, mine, my_s), (shapes, theirs, their_s))
+            if rates is not None:
+                best = max(best, sum(rates))
     return best
 
 
@@ -493,6 +517,56 @@ def queueing_jct_s(result: SimResult, kappa: float, pair: float) -> tuple[float,
     )
 
 
+@dataclass(frozen=True)
+class FlowBounds:
+    """Width-aware lower bounds from ``flowbound``: mean JCT over every job and
+    mean stretch over the top priority class, each (exclusive, pairs, sharing)."""
+
+    jct_mean_s: tuple[float, float, float]
+    top_stretch: tuple[float, float, float]
+
+
+def flow_bounds(result: SimResult, kappa: float, pair: float) -> FlowBounds:
+    """The flow-time relaxation (``flowbound``) of the jobs in ``result``.
+
+    Exclusive: job j needs GPUs x (alone + first load) of held GPU-time, at
+    most its GPUs per second (a held GPU advances one job by at most one
+    alone-second), and all the GPUs give G per second. Pairs (an estimate, as
+    ``pair_ceiling`` is): the same jobs at ``pair`` x G. Sharing: job j needs
+    its net work W_j, at most its GPUs of it per second (demand <= 1 per GPU,
+    rate <= 1), never sooner than its alone length, and a held GPU delivers at
+    most ``kappa`` per second (``sharing_kappa``). Stretch: the top class alone
+    (dropping the others only frees capacity), each weighted by 1 / its length.
+    """
+    g = max(result.gpus, 1)
+    top = max(result.priorities, default=0)
+    rows = list(
+        zip(result.arrivals_s, result.alone_s, result.job_gpus, result.net_work_s,
+            result.priorities, strict=True)
+    )  # fmt: skip
+
+    def held(weighted: bool, rows_: list[tuple[float, float, int, float, int]]) -> list[FlowJob]:
+        return [FlowJob(a, n * s, n, s, 1.0 / s if weighted else 1.0) for a, s, n, _, _ in rows_]
+
+    def net(weighted: bool, rows_: list[tuple[float, float, int, float, int]]) -> list[FlowJob]:
+        return [
+            FlowJob(a, w, n, s, 1.0 / s if weighted else 1.0) for a, s, n, w, _ in rows_ if w > 0
+        ]
+
+    def three(weighted: bool) -> tuple[float, float, float]:
+        chosen = [r for r in rows if r[4] == top] if weighted else rows
+        if not chosen:
+            return (1.0, 1.0, 1.0) if weighted else (0.0, 0.0, 0.0)
+        exclusive = min_weighted_flow_s(held(weighted, chosen), g)
+        paired = min_weighted_flow_s(held(weighted, chosen), g * pair) if pair > 1 else exclusive
+        shared = min_weighted_flow_s(net(weighted, chosen), g * kappa)
+        floor = 1.0 if weighted else 0.0
+        n = len(chosen)
+        return (max(floor, exclusive / n), max(floor, paired / n), max(floor, shared / n))
+
+    return FlowBounds(three(False), three(True))
+
+
 def bounds(
     result: SimResult,
     interference: Interference,
@@ -509,11 +583,17 @@ def bounds(
     with W that work: capacity <= kappa x progress / W, makespan >= max(W /
     (kappa x GPUs), longest job). Any scheduler: a job takes at least its alone
     duration plus its first load, so mean JCT >= their mean and stretch >= 1;
-    with queueing, ``queueing_jct_s`` on ``arrivals`` (the same jobs under their
-    arrivals; default ``result`` itself).
+    with queueing, the larger of ``queueing_jct_s`` and ``flow_bounds`` on
+    ``arrivals`` (the same jobs under their arrivals; default ``result``
+    itself), and the top class's stretch from ``flow_bounds``.
     """
     kappa = sharing_kappa(interference, result.max_residents)
-    jct_excl, jct_pair, jct_share = queueing_jct_s(arrivals or result, kappa, pair)
+    timed = arrivals or result
+    counted = queueing_jct_s(timed, kappa, pair)
+    flow = flow_bounds(timed, kappa, pair)
+    jct_excl, jct_pair, jct_share = (
+        max(a, b) for a, b in zip(counted, flow.jct_mean_s, strict=True)
+    )
     longest = max(result.alone_s, default=0.0)
     g = max(result.gpus, 1)
     exclusive_held = result.progress_gpu_s + result.load_gpu_s
@@ -528,7 +608,7 @@ def bounds(
         exclusive_closed_per_h=per_h(max(exclusive_held / g, longest)),
         sharing_closed_per_h=per_h(max(shared_held / g, longest)),
         jct_mean_s=sum(result.alone_s) / len(result.alone_s) if result.alone_s else 0.0,
-        top_stretch=1.0,
+        top_stretch=flow.top_stretch[2],
         kappa=kappa,
         pair_ceiling=pair,
         pair_capacity=(pair * result.progress_gpu_s / exclusive_held if exclusive_held else 0.0),
@@ -536,4 +616,7 @@ def bounds(
         exclusive_jct_mean_s=jct_excl,
         pair_jct_mean_s=jct_pair,
         sharing_jct_mean_s=jct_share,
+        exclusive_top_stretch=flow.top_stretch[0],
+        pair_top_stretch=flow.top_stretch[1],
+        sharing_top_stretch=flow.top_stretch[2],
     )

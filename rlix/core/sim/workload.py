@@ -500,14 +500,10 @@ class JobProfile:
         return bulk_s, self.bulk_demand * keep, tail_s, tail_demand * keep
 
     @cached_property
-    def load_profile(self) -> tuple[PhaseLoad, ...]:
-        """The iteration's segments as the sharing rules weigh them (``PhaseLoad``).
-
-        Expected alone durations and duration-weighted pressures, averaged over
-        ``PROFILE_QUANTILES`` equal-probability quantiles of the iteration's
-        longest response (the distribution ``timeline`` draws from): what the
-        job's declared shape implies, never what a run did.
-        """
+    def _expected_segments(self) -> tuple[tuple[Phase, float, float], ...]:
+        """(phase, expected alone seconds, duration-weighted pressure) per segment,
+        averaged over ``PROFILE_QUANTILES`` equal-probability quantiles of the
+        iteration's longest response (the distribution ``timeline`` draws from)."""
         n, keep = self.sequences, 1.0 - self.spec.env_wait
         bulk = tail = tail_pressure = 0.0
         for k in range(PROFILE_QUANTILES):
@@ -517,15 +513,32 @@ class JobProfile:
             tail += tail_s / PROFILE_QUANTILES
             tail_pressure += tail_s * max(self.tail_pressure(longest) * keep, tail_d)
         tail_pressure = tail_pressure / (tail * PROFILE_QUANTILES) if tail > 0 else keep
-        segments = (
+        return (
             (Phase.ROLLOUT, bulk, keep),
             (Phase.ROLLOUT, tail, tail_pressure),
             (Phase.SCORING, self.scoring_s, 1.0),
             (Phase.TRAINING, self.training_s, 1.0),
             (Phase.WEIGHT_SYNC, self.weight_sync_s, 1.0),
         )
-        total = sum(d for _, d, _ in segments)
-        return tuple(PhaseLoad(phase, d / total, min(max(p, 0.0), 1.0)) for phase, d, p in segments)
+
+    @cached_property
+    def iteration_s(self) -> float:
+        """Expected alone seconds of one iteration (what ``load_profile``'s shares divide)."""
+        return sum(d for _, d, _ in self._expected_segments)
+
+    @cached_property
+    def load_profile(self) -> tuple[PhaseLoad, ...]:
+        """The iteration's segments as the sharing rules weigh them (``PhaseLoad``).
+
+        Expected alone durations and duration-weighted pressures over the
+        longest response's distribution (``_expected_segments``): what the
+        job's declared shape implies, never what a run did.
+        """
+        total = self.iteration_s
+        return tuple(
+            PhaseLoad(phase, d / total, min(max(p, 0.0), 1.0))
+            for phase, d, p in self._expected_segments
+        )
 
     def timeline(self, seed: int) -> Timeline:
         """Every segment of every iteration; identical for every scheduler."""

@@ -59,6 +59,7 @@ def workload_to_doc(w: Workload) -> dict[str, Any]:
             {"phase": s.phase.value, "share": s.share, "pressure": s.pressure}
             for s in w.load_profile
         ],
+        "iterationSeconds": w.iteration_s,
     }
 
 
@@ -146,11 +147,19 @@ def workload_from_doc(doc: Any) -> Workload:
         suspended=_opt(doc, "suspended", bool, False, where),
         gang_size=_opt(doc, "gangSize", int, 1, where),
         load_profile=_load_profile(_opt(doc, "loadProfile", list, [], where), where),
+        iteration_s=_seconds(doc.get("iterationSeconds", 0.0), where),
     )
 
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _seconds(raw: Any, where: str) -> float:
+    value = _number(raw)
+    if value is None or not value >= 0 or value == float("inf"):
+        raise SnapshotDocumentError(f"{where}: iterationSeconds must be seconds >= 0")
+    return value
 
 
 def _load_profile(raw: list[Any], where: str) -> tuple[PhaseLoad, ...]:

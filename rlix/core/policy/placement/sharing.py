@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from rlix.core.phases import Shape, shape_of
+from rlix.core.policy.placement.gating import gated_rates, idles
 from rlix.core.snapshot import PhaseLoad, Workload
 
 BUSY_SHAPES: Final = (Shape.COMPUTE, Shape.MEMORY, Shape.NETWORK)
@@ -100,6 +101,10 @@ class SharingRules:
     min_pair_progress: float = 1.0
     protected_priority: int = 100
     max_protected_stretch: float = 1.2
+    # The phase gate (``gating``): pods that both idle part of their cycle and
+    # declare it take turns in their busy phases where that pays over the
+    # cycle. Only with an interference model; False judges them drifting.
+    phase_gate: bool = True
 
     def __post_init__(self) -> None:
         if self.max_jobs_per_gpu < 1:
@@ -128,7 +133,7 @@ class SharingRules:
     def shares_at_all(self, priority: int) -> bool:
         """Whether jobs of ``priority`` may share with anyone (rules 4-5, any phases,
         full pressure: no load profile)."""
-        every = (frozenset(BUSY_SHAPES), ())
+        every: Traits = (frozenset(BUSY_SHAPES), (), 0.0)
         return _pair_allowed(self, every, every, priority)
 
 
@@ -141,13 +146,14 @@ def busy_shapes(w: Workload) -> frozenset[Shape]:
     return found or frozenset(BUSY_SHAPES)
 
 
-# What the rules read of a workload: its busy shapes and its load profile.
-Traits = tuple[frozenset[Shape], tuple[PhaseLoad, ...]]
+# What the rules read of a workload: its busy shapes, its load profile and the
+# alone seconds of one iteration of it (0: unknown).
+Traits = tuple[frozenset[Shape], tuple[PhaseLoad, ...], float]
 
 
 def pair_traits(w: Workload) -> Traits:
     """What rules 4-5 read of ``w`` (hashable: part of the placement memo keys)."""
-    return busy_shapes(w), w.load_profile
+    return busy_shapes(w), w.load_profile, w.iteration_s
 
 
 # Fixed-point steps for the wall-time shares of two drifting cycles. Each step
@@ -206,17 +212,64 @@ def _busy(profile: tuple[PhaseLoad, ...]) -> bool:
     return any(shape_of(s.phase) is not Shape.NONE and s.share > 0 for s in profile)
 
 
+def takes_turns(
+    rules: SharingRules,
+    mine: tuple[PhaseLoad, ...],
+    my_s: float,
+    theirs: tuple[PhaseLoad, ...],
+    their_s: float,
+) -> bool:
+    """Whether two pods on one GPU take turns in their busy phases (``gating``),
+    given their load profiles and iteration lengths.
+
+    Only where both declare a profile with idle segments and their iteration
+    lengths: the gate fills one pod's idle time with the other's work, and a
+    pod that never idles leaves nothing to fill (two such pods, gated, make at
+    most one GPU's progress, which rule 5 never wanted). And only where playing
+    the two cycles out under the gate beats letting them drift side by side
+    (``expected_rates``): a long busy phase beside a short cycle can make the
+    short one wait so long that co-running pays better.
+    """
+    return _takes_turns(rules, mine, my_s, theirs, their_s)
+
+
+@functools.cache
+def _takes_turns(
+    rules: SharingRules,
+    a: tuple[PhaseLoad, ...],
+    a_s: float,
+    b: tuple[PhaseLoad, ...],
+    b_s: float,
+) -> bool:
+    if not (rules.phase_gate and rules.interference is not None and a_s > 0 and b_s > 0):
+        return False
+    if not (idles(a) and idles(b) and _busy(a) and _busy(b)):
+        return False
+    return sum(gated_rates(rules, a, b, a_s, b_s)) > sum(_expected_rates(rules, a, b))
+
+
+def pair_rates(rules: SharingRules, mine: Traits, theirs: Traits) -> tuple[float, float] | None:
+    """Each pod's expected rate when the two share a GPU: under the gate where
+    they take turns, else drifting (``expected_rates``); None where a
+    profile has no busy segment (the rules then judge the worst moment).
+    Under the gate, ``takes_turns``."""
+    (_, a, a_s), (_, b, b_s) = mine, theirs
+    if _takes_turns(rules, a, a_s, b, b_s):
+        return gated_rates(rules, a, b, a_s, b_s)
+    if _busy(a) and _busy(b):
+        return _expected_rates(rules, a, b)
+    return None
+
+
 @functools.cache
 def _pair_allowed(rules: SharingRules, mine: Traits, theirs: Traits, priority: int) -> bool:
     if rules.interference is None:
         return True
-    (my_shapes, my_profile), (their_shapes, their_profile) = mine, theirs
+    my_shapes, their_shapes = mine[0], theirs[0]
     pairs = list(itertools.product(my_shapes, their_shapes))
-    expected = None
-    if _busy(my_profile) and _busy(their_profile):
-        expected = _expected_rates(rules, my_profile, their_profile)
+    expected = pair_rates(rules, mine, theirs)
     if expected is not None:
-        # Phase-load-aware rule 5: the pair pays over the two cycles.
+        # Phase-load-aware rule 5: the pair pays over the two cycles (gated or drifting).
         if sum(expected) < rules.min_pair_progress:
             return False
     else:
@@ -256,18 +309,18 @@ def joinable(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) 
 
 def pair_progress(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) -> float:
     """The GPUs' worth of progress ``pod`` and the running residents of one GPU
-    are expected to make together (``expected_rates`` over both load profiles):
-    what the rule-5 scoring ranks partners by. A resident without a busy load
-    profile counts as ``min_pair_progress`` (all rule 5 says of it); with
-    several residents the worst pair counts. Needs ``rules.interference``.
+    are expected to make together (``pair_rates`` over both load profiles,
+    gated or drifting): what the rule-5 scoring ranks partners by. A resident
+    without a busy load profile counts as ``min_pair_progress`` (all rule 5
+    says of it); with several residents the worst pair counts. Needs
+    ``rules.interference``.
     """
     worst: float | None = None
+    mine = pair_traits(pod)
     for r in residents:
         if r.suspended:
             continue
-        if _busy(pod.load_profile) and _busy(r.load_profile):
-            value = sum(_expected_rates(rules, pod.load_profile, r.load_profile))
-        else:
-            value = rules.min_pair_progress
+        expected = pair_rates(rules, mine, pair_traits(r))
+        value = rules.min_pair_progress if expected is None else sum(expected)
         worst = value if worst is None else min(worst, value)
     return 1.0 if worst is None else worst
