@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -506,6 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1` prints every thread's stack to the log: what an agent that
+    # does not stop, or stops answering, is doing (the tests' harness asks it).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     server.publish_gpus()
     threading.Thread(target=server.publish_loop, args=(args.publish_interval,), daemon=True).start()
     if slices is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from rlix.core import agent_protocol as proto
 from tests.support.agent_fakes import AgentProcess
+from tests.support.lines import Lines
 
 UID = "dddddddd-0000-4000-8000-000000000004"
 POD = "team-a/trainer-0"
@@ -68,6 +69,8 @@ def close_process(proc: subprocess.Popen[str]) -> None:
 class Trainer:
     def __init__(self, agent: AgentProcess, uid: str) -> None:
         self.proc = _spawn(agent, [str(TRAINER)], uid)
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
         try:
             self.ready = self.read()
         except BaseException:
@@ -81,13 +84,10 @@ class Trainer:
         self.proc.stdin.flush()
 
     def read(self, timeout: float = 60.0) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        import select
-
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            raise TimeoutError("trainer said nothing")
-        line = self.proc.stdout.readline()
+        try:
+            line = self.lines.readline(timeout)
+        except TimeoutError:
+            raise TimeoutError("trainer said nothing") from None
         if not line:
             raise EOFError(f"trainer exited with {self.proc.wait()}")
         result: dict[str, Any] = json.loads(line)
@@ -98,11 +98,7 @@ class Trainer:
         return self.read()
 
     def silent_for(self, seconds: float) -> bool:
-        import select
-
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], seconds)
-        return not ready
+        return self.lines.silent_for(seconds)
 
     def close(self) -> None:
         close_process(self.proc)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -31,6 +30,7 @@ from tests.components.pod_processes import (
     wait_connected,
 )
 from tests.support.agent_fakes import AgentProcess
+from tests.support.lines import Lines
 
 pytest.importorskip("torch")
 
@@ -279,8 +279,9 @@ def test_a_suspend_waits_until_every_process_of_the_pod_is_ready_for_it(
     then run the process under a record that says it is parked."""
     with pod_process(agent, SLOW_TO_BE_READY, str(agent.socket), mode) as proc:
         assert proc.stdin is not None and proc.stdout is not None
+        lines = Lines(proc.stdout)
         first = {"late-hello": {"connected": True}, "parked": {"asked": "resume"}}[mode]
-        assert json.loads(proc.stdout.readline()) == first
+        assert json.loads(lines.readline(60)) == first
         deadline = time.monotonic() + 20
         while str(proc.pid) not in agent.control(proto.OP_STATUS).body["connected"].get(UID, {}):
             assert time.monotonic() < deadline, agent.log_text()
@@ -291,12 +292,11 @@ def test_a_suspend_waits_until_every_process_of_the_pod_is_ready_for_it(
             daemon=True,
         )
         suspend.start()
-        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-        assert not ready, f"asked before it was ready: {proc.stdout.readline()}"
+        assert lines.silent_for(1.0), f"asked before it was ready: {lines.readline(1)}"
         assert not answers, answers
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        assert json.loads(proc.stdout.readline()) == {"asked": "suspend"}
+        assert json.loads(lines.readline(60)) == {"asked": "suspend"}
         suspend.join(timeout=30)
         assert answers and answers[0].ok, answers
         status = agent.control(proto.OP_STATUS).body
@@ -356,6 +356,7 @@ def test_agent_killed_while_a_suspend_waits_for_the_phase_boundary_converges(
     learns the process's state and resumes it, instead of leaving it parked."""
     with pod_process(agent, IN_PHASE) as proc:
         assert proc.stdin is not None and proc.stdout is not None
+        lines = Lines(proc.stdout)
 
         def say(line: str) -> None:
             assert proc.stdin is not None
@@ -363,10 +364,11 @@ def test_agent_killed_while_a_suspend_waits_for_the_phase_boundary_converges(
             proc.stdin.flush()
 
         def read() -> dict[str, object]:
-            assert proc.stdout is not None
-            ready, _, _ = select.select([proc.stdout], [], [], 60)
-            assert ready, f"the trainer said nothing: {agent.log_text()}"
-            event: dict[str, object] = json.loads(proc.stdout.readline())
+            try:
+                line = lines.readline(60)
+            except TimeoutError:
+                raise AssertionError(f"the trainer said nothing: {agent.log_text()}") from None
+            event: dict[str, object] = json.loads(line)
             return event
 
         assert read()["event"] == "ready"
@@ -412,6 +414,7 @@ class InPhase:
     def __init__(self, proc: subprocess.Popen[str], agent: AgentProcess) -> None:
         assert proc.stdin is not None and proc.stdout is not None
         self.proc, self.agent = proc, agent
+        self.lines = Lines(proc.stdout)
 
     def say(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -419,10 +422,11 @@ class InPhase:
         self.proc.stdin.flush()
 
     def read(self) -> dict[str, object]:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 60)
-        assert ready, f"the trainer said nothing: {self.agent.log_text()}"
-        event: dict[str, object] = json.loads(self.proc.stdout.readline())
+        try:
+            line = self.lines.readline(60)
+        except TimeoutError:
+            raise AssertionError(f"the trainer said nothing: {self.agent.log_text()}") from None
+        event: dict[str, object] = json.loads(line)
         return event
 
     def settled_state(self) -> dict[str, object]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests.support.lines import Lines
 
 
 class Run:
@@ -26,6 +27,8 @@ class Run:
                 text=True,
                 env=env,
             )
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
 
     def say(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -33,12 +36,13 @@ class Run:
         self.proc.stdin.flush()
 
     def read(self, timeout: float = 180.0) -> dict[str, Any]:
-        assert self.proc.stdout is not None
         while True:
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-            if not ready:
-                raise TimeoutError(f"trainer said nothing: {self.stderr.read_text()[-3000:]}")
-            line = self.proc.stdout.readline()
+            try:
+                line = self.lines.readline(timeout)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"trainer said nothing: {self.stderr.read_text()[-3000:]}"
+                ) from None
             if not line:
                 raise EOFError(f"trainer exited: {self.stderr.read_text()[-3000:]}")
             if line.startswith('{"'):  # ours; frameworks print their own lines too

@@ -139,7 +139,19 @@ class AgentProcess:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.popen is not None and self.popen.poll() is None:
             self.popen.send_signal(sig)
-            self.popen.wait(timeout=30)
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                # Say what it was doing (faulthandler on SIGUSR1), then make sure
+                # it is gone, so one hung agent fails one test, not the next too.
+                self.popen.send_signal(signal.SIGUSR1)
+                time.sleep(1.0)
+                self.popen.kill()
+                self.popen.wait()
+                self.popen = None
+                raise AssertionError(
+                    f"agent did not exit within 30 s of signal {sig}: {self.log_text()}"
+                ) from None
         self.popen = None
 
     def control(self, op: str, *, timeout: float = 60.0, **args: Any) -> proto.Reply:
