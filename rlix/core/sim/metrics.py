@@ -41,24 +41,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rlix.core.phases import Shape
-from rlix.core.policy.placement.sharing import SharingRules, pair_rates
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster
 from rlix.core.sim.flowbound import FlowJob, min_weighted_flow_s
 from rlix.core.sim.interference import Interference
+from rlix.core.sim.pairing import paying_pairs, pod_kinds
 from rlix.core.sim.runs import Run, State
 from rlix.core.sim.workload import (
     ITERATION_PHASES,
     SEGMENTS_PER_ITERATION,
     JobSpec,
-    profile_for,
 )
-from rlix.core.snapshot import PhaseLoad
 
 
 @dataclass(frozen=True)
@@ -365,7 +362,10 @@ class Bounds:
     jct_mean_s: float  # lower bound, any scheduler: mean alone duration with first load
     top_stretch: float  # lower bound, any scheduler (= sharing_top_stretch, at least 1)
     kappa: float  # most useful work one shared GPU can deliver per second
-    # Estimates for two drifting jobs per GPU under the sharing rules (``pair_ceiling``):
+    # Estimates for two jobs per GPU under the sharing rules: ``pair_factor`` is
+    # what the estimates use (``pairing.pairing_factor``: the mix's best
+    # pairing as a whole), ``pair_ceiling`` its best single pair, for reference.
+    pair_factor: float = 1.0
     pair_ceiling: float = 1.0
     pair_capacity: float = 0.0
     pair_closed_per_h: float = 0.0
@@ -410,36 +410,13 @@ def pair_ceiling(
     phases; 1 where no pair beats running them one after the other. Pods, not
     jobs, meet on a GPU: a colocated job's pods carry the job's profile, a
     disaggregated job's rollout and trainer pods each their own (idle while the
-    other pool works), so the pairs judged are the real ones. A kind is counted
-    once per job that has it. An estimate for the policy class "at most two
-    jobs per GPU, one class", not a proof (docs/simulator.md).
+    other pool works), so the pairs judged are the real ones; two pods of one
+    job never pair (``pairing.paying_pairs``). An estimate for the policy class
+    "at most two jobs per GPU, one class", not a proof (docs/simulator.md).
     """
-    rules = SharingRules(interference.cells)
-    count: Counter[tuple[int, tuple[PhaseLoad, ...], float, int]] = Counter()
-    for s in jobs:
-        p = profile_for(s)
-        count.update(
-            {
-                (s.priority, p.pod_load_profile(role), p.iteration_s,
-                 min(p.pod_memory_mib(role).values()))
-                for role in s.pod_roles
-            }
-        )  # fmt: skip
-    kinds = sorted(count, key=repr)
-    best = 1.0
-    for i, (priority, mine, my_s, my_mib) in enumerate(kinds):
-        for j in range(i, len(kinds)):
-            other, theirs, their_s, their_mib = kinds[j]
-            # A kind pairs with itself only when the mix has two jobs of it.
-            if other != priority or not (j > i or count[kinds[i]] > 1):
-                continue
-            if my_mib + their_mib > memory_mib:
-                continue
-            shapes = frozenset[Shape]()
-            rates = pair_rates(rules, (shapes, mine, my_s), (shapes, theirs, their_s))
-            if rates is not None:
-                best = max(best, sum(rates))
-    return best
+    work, owners = pod_kinds((s, 1.0) for s in jobs)
+    pairs = paying_pairs(sorted(work, key=repr), owners, interference, memory_mib)
+    return max((1.0, *(ri + rj for _, _, ri, rj in pairs)))
 
 
 def srpt_completions(jobs: Sequence[tuple[float, float]], speed: float) -> list[float]:
@@ -572,6 +549,7 @@ def bounds(
     interference: Interference,
     pair: float = 1.0,
     arrivals: SimResult | None = None,
+    ceiling: float | None = None,
 ) -> Bounds:
     """Bounds from one run's workload (the jobs and their timelines, not its schedule).
 
@@ -585,7 +563,9 @@ def bounds(
     duration plus its first load, so mean JCT >= their mean and stretch >= 1;
     with queueing, the larger of ``queueing_jct_s`` and ``flow_bounds`` on
     ``arrivals`` (the same jobs under their arrivals; default ``result``
-    itself), and the top class's stretch from ``flow_bounds``.
+    itself), and the top class's stretch from ``flow_bounds``. Pairs: the
+    estimates at ``pair`` GPUs of progress per held GPU (``pairing.pairing_factor``);
+    ``ceiling`` (default ``pair``) is only reported.
     """
     kappa = sharing_kappa(interference, result.max_residents)
     timed = arrivals or result
@@ -610,7 +590,8 @@ def bounds(
         jct_mean_s=sum(result.alone_s) / len(result.alone_s) if result.alone_s else 0.0,
         top_stretch=flow.top_stretch[2],
         kappa=kappa,
-        pair_ceiling=pair,
+        pair_factor=pair,
+        pair_ceiling=pair if ceiling is None else ceiling,
         pair_capacity=(pair * result.progress_gpu_s / exclusive_held if exclusive_held else 0.0),
         pair_closed_per_h=per_h(max(exclusive_held / (g * pair), longest)),
         exclusive_jct_mean_s=jct_excl,
