@@ -131,3 +131,36 @@ def test_inside_a_priority_the_job_that_plans_less_work_is_admitted_first(
     wait_for("short waits", lambda: state(cluster, namespace, "short") == "Queued")
 
     freed_in_order(cluster, namespace, "short", "long")
+
+
+def test_a_sized_job_of_a_higher_priority_queues_with_the_lowest_for_its_grace(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    # docs/rljob.md, "Grace before precedence": "top" outranks "short" but
+    # declares 1000 iterations of 360 s on 32 GPUs; its grace is a tenth of
+    # that length (10 hours), so for now it queues among priority 0, least work first.
+    apply(cluster, namespace, rljob("filler", replicas=NODES, gpus=GPUS, mib=80000))
+    wait_for(
+        "filler Running", lambda: state(cluster, namespace, "filler") == "Running", timeout_s=120
+    )
+    profile = {"rollout": 300, "training": 60}
+    whole = {"replicas": NODES, "gpus": GPUS, "mib": 60000}
+    apply(
+        cluster,
+        namespace,
+        rljob("top", **whole, priority=10, iterations=1000, phaseProfile=profile),
+    )
+    apply(cluster, namespace, rljob("short", **whole, iterations=10, phaseProfile=profile))
+    condition = wait_for(
+        "top says it is in its grace",
+        lambda: (
+            (c := admitted(cluster, namespace, "top"))
+            and "in its grace until" in c["message"]
+            and c
+        ),
+    )
+    assert condition["reason"] == "WaitingForGPUs"
+    assert "queues among priority 0" in condition["message"]
+    wait_for("short waits", lambda: state(cluster, namespace, "short") == "Queued")
+    # Strict priority would admit "top" first; in its grace the smaller job goes.
+    freed_in_order(cluster, namespace, "short", "top")

@@ -229,7 +229,9 @@ class Admitter:
         capacity = Capacity.of(snapshot)
         decisions: dict[str, Admission] = {}
         candidates = []
-        size = sizes(live, capacity.total_gpus if capacity else 0)
+        size = sizes(
+            live, capacity.total_gpus if capacity else 0, self.clock(), (j.key for j in waiting)
+        )
         for job in waiting:
             if capacity is None:
                 decisions[job.key] = Admission.waiting(
@@ -259,6 +261,20 @@ class Admitter:
         # events, status writes and the webhook keep being served meanwhile.
         for decision in await asyncio.to_thread(self.policy, snapshot, considered):
             decisions[decision.job] = decision
+        for key, decision in decisions.items():
+            grace = size.get(key)
+            if (
+                decision.reason not in (WaitReason.WAITING_FOR_GPUS, WaitReason.QUEUED)
+                or grace is None
+                or grace.grace_until is None
+            ):
+                continue
+            decisions[key] = replace(
+                decision,
+                message=f"{decision.message}; in its grace until {rfc3339(grace.grace_until)}: "
+                f"it queues among priority {grace.waiting_as}, least work first, and nothing "
+                "is parked for it before then",
+            )
         return decisions
 
     async def _record(self, job: RLJob, decision: Admission) -> None:

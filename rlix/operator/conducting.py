@@ -209,9 +209,12 @@ class Conductor:
         # Sizes (spec.iterations) order a class and let a far smaller job park
         # a larger one of it; the backlog is every live job's.
         capacity = Capacity.of(build_snapshot(self.store.nodes.values(), []))
-        size = sizes(live, capacity.total_gpus if capacity else 0)
+        queued = [job.key for job in live if job.status.state in WAITING]
+        size = sizes(live, capacity.total_gpus if capacity else 0, now, queued)
         for job in live:
-            if job.status.state in WAITING:
+            # A job in its grace (``ordering.precedence``) waits for free room:
+            # nothing is parked or lent for it until the grace ends.
+            if job.status.state in WAITING and size[job.key].waiting_as is None:
                 waiting.append(gang_request(job, size[job.key]))
         pods = list(self.store.all_pods())
         actions = await asyncio.to_thread(

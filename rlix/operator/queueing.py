@@ -2,20 +2,29 @@
 
 The policy (``rlix.core.policy.admission``: a job is admitted only when every pod of
 every role fits; priority first, then the least expected work left where the
-RLJob declares ``iterations``, then arrival) is pure and shared with the
-simulator. This module only turns RLJobs into its requests and keeps the port
-narrow, so component tests can drive the operator's bookkeeping with a table.
+RLJob declares ``iterations``, then arrival; a sized job of a higher class
+waits at the lowest class's place for its grace, ``ordering.precedence``) is
+pure and shared with the simulator. This module only turns RLJobs into its
+requests and keeps the port narrow, so component tests can drive the
+operator's bookkeeping with a table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, admit
-from rlix.core.policy.ordering import critical_jobs, planned_work_left, reported_left
+from rlix.core.policy.ordering import (
+    critical_jobs,
+    grace_s,
+    planned_work_left,
+    precedence,
+    reported_left,
+)
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import ClusterSnapshot
@@ -48,11 +57,15 @@ def work_left(job: RLJob) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Size:
-    """A job's place in its class: expected GPU-seconds left (0: unknown), and
-    whether it would set the finish if started later (``ordering.critical_jobs``)."""
+    """A job's place in its class: expected GPU-seconds left (0: unknown),
+    whether it would set the finish if started later (``ordering.critical_jobs``),
+    and, for a waiting job in its grace (``ordering.precedence``), the class
+    whose place it queues at (None: its own)."""
 
     work_left: float = 0.0
     critical: bool = False
+    waiting_as: int | None = None
+    grace_until: datetime | None = None
 
     @property
     def reported(self) -> float:
@@ -60,12 +73,37 @@ class Size:
         return reported_left(self.work_left, self.critical)
 
 
-def sizes(jobs: Iterable[RLJob], gpus: int) -> dict[str, Size]:
+def sizes(
+    jobs: Iterable[RLJob], gpus: int, now: datetime | None = None, waiting: Iterable[str] = ()
+) -> dict[str, Size]:
     """Every job's ``Size``; ``jobs`` are the live ones (queued, admitted or
-    running), whose work left is the backlog, over the cluster's ``gpus``."""
-    left = {job.key: (work_left(job), job.spec.gpus) for job in jobs}
+    running), whose work left is the backlog, over the cluster's ``gpus``.
+
+    With ``now``, each job keyed in ``waiting`` that is still in its grace
+    (waited since its creation less than ``ordering.grace_s`` of its expected
+    length alone, among the classes the live jobs hold) gets ``waiting_as``.
+    """
+    live = list(jobs)
+    left = {job.key: (work_left(job), job.spec.gpus) for job in live}
     critical = critical_jobs(left, gpus)
-    return {key: Size(w, key in critical) for key, (w, _) in left.items()}
+    out = {key: Size(w, key in critical) for key, (w, _) in left.items()}
+    if now is None or not live:
+        return out
+    classes = [job.spec.priority for job in live]
+    top, lowest = max(classes), min(classes)
+    queued = set(waiting)
+    for job in live:
+        created = parse_time(job.metadata.get("creationTimestamp"))
+        size = out[job.key]
+        if job.key not in queued or created is None or job.spec.gpus <= 0:
+            continue
+        waited = (now - created).total_seconds()
+        alone = size.work_left / job.spec.gpus
+        queued_as = precedence(job.spec.priority, top, lowest, waited, alone)
+        if queued_as != job.spec.priority:
+            until = created + timedelta(seconds=grace_s(job.spec.priority, top, lowest, alone))
+            out[job.key] = replace(size, waiting_as=queued_as, grace_until=until)
+    return out
 
 
 def gang_request(job: RLJob, size: Size | None = None) -> GangRequest:
@@ -73,7 +111,9 @@ def gang_request(job: RLJob, size: Size | None = None) -> GangRequest:
     size = size or Size(work_left(job))
     return GangRequest(
         job=job.key,
-        priority=job.spec.priority,
+        # In its grace the queue places it at a lower class's place; its pods
+        # keep their own class (the sharing rules and victims judge by it).
+        priority=job.spec.priority if size.waiting_as is None else size.waiting_as,
         # creationTimestamp has one-second resolution; the job name then breaks
         # ties, so the order is the same on every pass and after a restart.
         arrival=created.timestamp() if created else 0.0,

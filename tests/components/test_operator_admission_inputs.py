@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rlix.core import names
 from rlix.core.policy.admission import admit, queue_order
+from rlix.core.policy.ordering import TOP_GRACE
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import Node
@@ -170,6 +172,37 @@ def test_the_job_that_would_set_the_finish_goes_first_and_reports_no_size() -> N
     assert not any(s.critical for s in size.values())
     requests = [gang_request(j, size[j.key]) for j in (short, long)]
     assert [r.job for r in queue_order(requests)] == ["ns/short", "ns/long"]
+
+
+def test_a_sized_job_of_a_higher_class_queues_with_the_lowest_until_its_grace_ends() -> None:
+    body = sized("top", 100, "2026-01-01T00:00:00Z").model_dump(by_alias=True, exclude_none=True)
+    body["spec"]["priority"] = 9
+    top = RLJob.model_validate(body)  # 4 GPUs x 100 x 60 s: 6,000 s alone
+    low = sized("low", 10, "2026-01-01T00:00:00Z")
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    grace = TOP_GRACE * 6000.0
+    early = sizes([top, low], 64, created + timedelta(seconds=grace - 1), ["ns/top", "ns/low"])
+    assert early["ns/top"].waiting_as == 0
+    assert early["ns/top"].grace_until == created + timedelta(seconds=grace)
+    assert early["ns/low"].waiting_as is None  # the lowest class has no grace
+    request = gang_request(top, early["ns/top"])
+    # Its place in the queue comes from the lowest class, least work first ...
+    assert request.priority == 0
+    assert [r.job for r in queue_order([request, gang_request(low, early["ns/low"])])] == [
+        "ns/low",
+        "ns/top",
+    ]
+    # ... while its pods keep their own class (sharing and victims judge by it).
+    assert {p.priority for p in request.pods} == {9}
+    late = sizes([top, low], 64, created + timedelta(seconds=grace), ["ns/top", "ns/low"])
+    assert late["ns/top"].waiting_as is None and gang_request(top, late["ns/top"]).priority == 9
+    # Only a waiting job has a grace; an unsized one and a class alone have none.
+    assert sizes([top, low], 64, created, ["ns/low"])["ns/top"].waiting_as is None
+    unsized = job("unsized", gpus=1, priority=9, created="2026-01-01T00:00:00Z")
+    assert sizes([unsized, low], 64, created, ["ns/unsized"])["ns/unsized"].waiting_as is None
+    assert sizes([top], 64, created, ["ns/top"])["ns/top"].waiting_as is None
+    # Without a clock (the caller keeps strict classes) nobody has one.
+    assert sizes([top, low], 64)["ns/top"].waiting_as is None
 
 
 def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:

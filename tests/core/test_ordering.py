@@ -1,4 +1,5 @@
-"""Order inside a priority: the job that sets the finish, then the least work left."""
+"""Order inside a priority: the job that sets the finish, then the least work left;
+and the grace a waiting job spends at the lowest class's place before its own applies."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import pytest
 
 from rlix.core.policy.admission import GangRequest, queue_order
 from rlix.core.policy.ordering import (
+    CLASS_GRACE,
     DISPLACE_RATIO,
+    TOP_GRACE,
     critical_jobs,
     displaces,
+    grace_s,
     is_critical,
     planned_work_left,
+    precedence,
 )
 from rlix.core.policy.placement import PlacementView, choose_victims_on
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.sim.engine import simulate
+from rlix.core.sim.mixes import expected_gpu_s
 from rlix.core.sim.schedulers import QueueOrder
 from rlix.core.sim.schedulers import rlix as rlix_scheduler
 from tests.builders.placement import cluster, node, pod
@@ -180,3 +186,63 @@ def test_critical_jobs_judge_each_against_the_whole_backlog() -> None:
     assert critical_jobs(work, 16) == {"wide"}
     assert critical_jobs(work, 0) == frozenset()
     assert critical_jobs({}, 16) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("priority", "alone_s", "grace"),
+    [
+        (9, 1000.0, TOP_GRACE * 1000.0),  # the top class: a tenth of its length
+        (5, 1000.0, CLASS_GRACE * 1000.0),  # a class between
+        (0, 1000.0, 0.0),  # the lowest class is there already
+        (9, 0.0, 0.0),  # unknown length: its class applies at once
+    ],
+)
+def test_grace_by_class(priority: int, alone_s: float, grace: float) -> None:
+    assert grace_s(priority, 9, 0, alone_s) == grace
+
+
+def test_a_waiting_job_takes_its_class_when_its_grace_ends() -> None:
+    grace = TOP_GRACE * 1000.0
+    assert precedence(9, 9, 0, grace - 1.0, 1000.0) == 0
+    assert precedence(9, 9, 0, grace, 1000.0) == 9
+    assert precedence(9, 9, 0, 0.0, 0.0) == 9  # unsized: no grace
+    # Inside its grace a job sorts with the lowest class, by size.
+    inside = req("top", precedence(9, 9, 0, 0.0, 1000.0), left=8000.0)
+    assert names([inside, req("short", 0, left=800.0)]) == ["short", "top"]
+
+
+def _top_arrives_behind(low_iterations: int):  # type: ignore[no-untyped-def]
+    # One 8-GPU node: a preemptible priority-0 job runs; a long top-class job
+    # arrives 600 s later. 32B jobs do not fit two to a GPU: the top job either
+    # waits or parks the other.
+    return mix_of(
+        spec("t/low", 0, model="32b", iterations=low_iterations),
+        spec("t/top", 1, arrival=600.0, model="32b", iterations=200, priority=5),
+    )
+
+
+def _top_wait(low_iterations: int, order: QueueOrder = QueueOrder.SHORTEST) -> tuple[float, int]:
+    """The top job's wait as a share of its expected length (the grace's unit),
+    and the preemptions."""
+    mix = _top_arrives_behind(low_iterations)
+    result = simulate(mix, replace(rlix_scheduler(), order=order))
+    (i,) = (k for k, p in enumerate(result.priorities) if p == 5)
+    top = mix.jobs[1]
+    expected_s = expected_gpu_s(top) / top.gpus
+    return (result.jct_s[i] - result.alone_s[i]) / expected_s, result.preemptions
+
+
+def test_a_top_job_lets_a_job_that_ends_within_its_grace_finish() -> None:
+    wait, parked = _top_wait(10)
+    assert parked == 0
+    assert 0.0 < wait < TOP_GRACE
+    # Strict classes (arrival order inside a class: no sizes, no grace) park it at once.
+    strict, parked = _top_wait(10, QueueOrder.PRIORITY)
+    assert parked == 1 and strict < wait
+
+
+def test_a_top_job_parks_a_longer_one_when_its_grace_ends() -> None:
+    wait, parked = _top_wait(400)
+    assert parked == 1
+    # It waited its grace, then the park (seconds against hours).
+    assert TOP_GRACE <= wait < TOP_GRACE + 0.01

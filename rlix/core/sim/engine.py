@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from rlix.core.phases import Phase, shape_of
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
-from rlix.core.policy.ordering import class_key, critical_jobs
+from rlix.core.policy.ordering import class_key, critical_jobs, grace_s
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
 from rlix.core.policy.placement.sharing import SharingRules, pair_rates, pair_traits, takes_turns
 from rlix.core.policy.rebalance import PairSplit, split_pair_gain
@@ -35,7 +35,7 @@ from rlix.core.snapshot import PhaseLoad
 
 __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 
-SEGMENT, READY, ARRIVE, SAMPLE = 0, 1, 2, 3
+SEGMENT, READY, ARRIVE, SAMPLE, GRACE_ENDS = 0, 1, 2, 3, 4
 
 
 # (each pod's GPUs, largest first; peak per-GPU MiB)
@@ -78,6 +78,10 @@ class Simulation:
         if self.by_size:
             for r in self.runs:
                 r.work_gpu_s = expected_gpu_s(r.spec)
+        # Sized, a waiting job queues at the lowest class's place for its grace
+        # (``ordering.precedence``): the classes the mix holds.
+        classes = [r.spec.priority for r in self.runs]
+        self.top, self.lowest = max(classes, default=0), min(classes, default=0)
         self.table = self.config.interference.table()
         # (GPUs of each pod, peak per-GPU MiB): a job that does not fit makes
         # every job at least as large in both wait in the same pass. Peak,
@@ -153,6 +157,12 @@ class Simulation:
             elif kind == ARRIVE:
                 self.queue[job] = None
                 self.dirty = True
+                self._start_grace(self.runs[job], t)
+            elif kind == GRACE_ENDS:
+                run = self.runs[job]
+                if run.waiting_as is not None and run.state is State.QUEUED:
+                    run.waiting_as = None
+                    self.dirty = True
             elif version == self.runs[job].version:
                 if kind == SEGMENT:
                     self._segment_end(self.runs[job], t)
@@ -166,6 +176,17 @@ class Simulation:
         return self.recorder.result(
             mix=self.mix.name, scheduler=self.scheduler.name, events=self.events
         )
+
+    def _start_grace(self, run: Run, t: float) -> None:
+        """Sized, an arriving job of a higher class than the lowest waits at
+        the lowest class's place until its grace ends (``ordering.grace_s``)."""
+        if not self.by_size:
+            return
+        alone_s = run.work_gpu_s / run.spec.gpus if run.spec.gpus else 0.0
+        grace = grace_s(run.spec.priority, self.top, self.lowest, alone_s)
+        if grace > 0:
+            run.waiting_as = self.lowest
+            self._push(t + grace, GRACE_ENDS, run.id)
 
     # -- job dynamics ----------------------------------------------------------
     def _ready(self, run: Run, t: float) -> None:
@@ -378,6 +399,7 @@ class Simulation:
         placements = [(self.cluster.index[p.node], p.gpus) for p in admission.placements]
         if run.timeline is None:
             run.timeline = run.profile.timeline(self.config.seed)
+        run.waiting_as = None  # a running job holds its own class
         if run.started is None:
             run.started = t
             run.delay += run.profile.first_load_s
@@ -416,7 +438,7 @@ class Simulation:
             return (0.0, run.spec.arrival_s, run.id)
         if self.by_size:
             left, arrival = run.work_left(), run.spec.arrival_s
-            return (*class_key(run.spec.priority, left, run.critical, arrival), run.id)
+            return (*class_key(run.priority, left, run.critical, arrival), run.id)
         return (-run.spec.priority, run.spec.arrival_s, run.id)
 
     def _mark_critical(self, t: float) -> None:
@@ -451,7 +473,7 @@ class Simulation:
             can_preempt = preempts and self._victims_exist(run)
             # Sized, a job may park its own class when far smaller: one memo
             # per power of two of work left, so a smaller job still tries.
-            memo = (shape, run.spec.priority, int(run.work_left()).bit_length())
+            memo = (shape, run.priority, int(run.work_left()).bit_length())
             epoch = (self.released, self.started)
             if not placed and can_preempt and self.preempt_failed_at.get(memo) != epoch:
                 placed = try_preempt(self, run, t)
@@ -603,8 +625,11 @@ class Simulation:
         return admission, copy_s, nbytes, record
 
     def _victims_exist(self, run: Run) -> bool:
-        """Anyone it could take GPUs from: a lower class, or (sized) its own."""
-        mine = run.spec.priority
+        """Anyone it could take GPUs from: a lower class, or (sized) its own;
+        nobody while its grace lasts (it waits or takes free room)."""
+        if run.waiting_as is not None:
+            return False
+        mine = run.priority
         return any(
             n > 0 and (p < mine or (p == mine and run.work_left() > 0))
             for p, n in self.running_priorities.items()
@@ -614,7 +639,7 @@ class Simulation:
         run.placements = []
         return GangRequest(
             run.spec.name,
-            run.spec.priority,
+            run.priority,
             run.spec.arrival_s,
             tuple(pods_of(run, t, self.cluster)),
             run.work_left(),

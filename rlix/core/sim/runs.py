@@ -64,8 +64,18 @@ class Run:
     # (``rlix.core.policy.ordering``).
     work_gpu_s: float = 0.0
     critical: bool = False
+    # The class a queued job's place in the queue comes from while its grace
+    # lasts (None: its own; ``ordering.precedence``); cleared when it starts.
+    # Its pods keep their own class: the sharing rules judge them by it.
+    waiting_as: int | None = None
     # (phase, state, placements) -> the pods as Workloads (see cluster.pods_of)
     pod_cache: tuple[tuple[object, ...], tuple[Workload, ...]] | None = None
+
+    @property
+    def priority(self) -> int:
+        """The class the job's place in the queue comes from (``waiting_as``
+        while its grace lasts, else its own)."""
+        return self.spec.priority if self.waiting_as is None else self.waiting_as
 
     def position(self, t: float) -> float:
         return self.progress + self.rate * (t - self.t_ref)
