@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
+
+# The parent tests Ctrl-C, so this session must turn SIGINT into
+# KeyboardInterrupt whatever it inherited. POSIX makes a non-interactive shell's
+# background job ignore SIGINT (`make test &`, nohup), and Python keeps an
+# ignored SIGINT ignored. Such a run then slept through the parent's SIGINT
+# until pytest-timeout (300 s), and the test failed.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def test_hold(cluster: Any) -> None:
