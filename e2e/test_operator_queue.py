@@ -12,6 +12,10 @@ from e2e.kube import apply, get_json, wait_for
 
 # The e2e cluster: 4 nodes x 8 GPUs x 81920 MiB.
 NODES, GPUS = 4, 8
+# A job that needs the whole cluster: 60000 MiB per GPU keeps two such jobs apart.
+WHOLE = {"replicas": NODES, "gpus": GPUS, "mib": 60000}
+# A declared iteration (seconds per phase): with ``iterations`` it sizes a job.
+PROFILE = {"rollout": 300, "training": 60}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +63,15 @@ def admitted(cluster: Any, namespace: str, name: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == "Admitted"), None)
 
 
+def fill_cluster(cluster: Any, namespace: str) -> None:
+    """Every GPU of every node nearly full: nothing else fits anywhere."""
+    apply(cluster, namespace, rljob("filler", replicas=NODES, gpus=GPUS, mib=80000))
+    # The earlier test's jobs may still be going with their namespace.
+    wait_for(
+        "filler Running", lambda: state(cluster, namespace, "filler") == "Running", timeout_s=120
+    )
+
+
 def freed_in_order(cluster: Any, namespace: str, first: str, then: str) -> None:
     """Delete "filler": ``first`` is admitted while ``then`` waits; delete
     ``first``: ``then`` runs."""
@@ -80,11 +93,9 @@ def freed_in_order(cluster: Any, namespace: str, first: str, then: str) -> None:
 def test_job_that_does_not_fit_waits_with_a_reason_and_runs_when_capacity_frees(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    # Every GPU of every node nearly full: nothing else fits anywhere.
-    apply(cluster, namespace, rljob("filler", replicas=NODES, gpus=GPUS, mib=80000))
-    wait_for("filler Running", lambda: state(cluster, namespace, "filler") == "Running")
+    fill_cluster(cluster, namespace)
 
-    apply(cluster, namespace, rljob("low", replicas=NODES, gpus=GPUS, mib=60000, priority=1))
+    apply(cluster, namespace, rljob("low", **WHOLE, priority=1))
     condition = wait_for(
         "low waits",
         lambda: (c := admitted(cluster, namespace, "low")) and c["status"] == "False" and c,
@@ -101,7 +112,7 @@ def test_job_that_does_not_fit_waits_with_a_reason_and_runs_when_capacity_frees(
     # GPU by memory; 60000 MiB each keeps them apart), so when it frees up they
     # compete in one admission pass and priority decides. A smaller job would
     # not wait behind them: the policy does not block the queue on its head.
-    apply(cluster, namespace, rljob("high", replicas=NODES, gpus=GPUS, mib=60000, priority=10))
+    apply(cluster, namespace, rljob("high", **WHOLE, priority=10))
     wait_for("high waits", lambda: state(cluster, namespace, "high") == "Queued")
 
     freed_in_order(cluster, namespace, "high", "low")
@@ -117,17 +128,11 @@ def test_job_that_does_not_fit_waits_with_a_reason_and_runs_when_capacity_frees(
 def test_inside_a_priority_the_job_that_plans_less_work_is_admitted_first(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    # The earlier test's jobs may still be going with their namespace.
-    apply(cluster, namespace, rljob("filler", replicas=NODES, gpus=GPUS, mib=80000))
-    wait_for(
-        "filler Running", lambda: state(cluster, namespace, "filler") == "Running", timeout_s=120
-    )
+    fill_cluster(cluster, namespace)
     # Same priority, both need the whole cluster; "long" arrives first.
-    profile = {"rollout": 300, "training": 60}
-    whole = {"replicas": NODES, "gpus": GPUS, "mib": 60000}
-    apply(cluster, namespace, rljob("long", **whole, iterations=1000, phaseProfile=profile))
+    apply(cluster, namespace, rljob("long", **WHOLE, iterations=1000, phaseProfile=PROFILE))
     wait_for("long waits", lambda: state(cluster, namespace, "long") == "Queued")
-    apply(cluster, namespace, rljob("short", **whole, iterations=10, phaseProfile=profile))
+    apply(cluster, namespace, rljob("short", **WHOLE, iterations=10, phaseProfile=PROFILE))
     wait_for("short waits", lambda: state(cluster, namespace, "short") == "Queued")
 
     freed_in_order(cluster, namespace, "short", "long")
@@ -139,18 +144,10 @@ def test_a_sized_job_of_a_higher_priority_queues_with_the_lowest_for_its_grace(
     # docs/rljob.md, "Grace before precedence": "top" outranks "short" but
     # declares 1000 iterations of 360 s on 32 GPUs; its grace is a tenth of
     # that length (10 hours), so for now it queues among priority 0, least work first.
-    apply(cluster, namespace, rljob("filler", replicas=NODES, gpus=GPUS, mib=80000))
-    wait_for(
-        "filler Running", lambda: state(cluster, namespace, "filler") == "Running", timeout_s=120
-    )
-    profile = {"rollout": 300, "training": 60}
-    whole = {"replicas": NODES, "gpus": GPUS, "mib": 60000}
-    apply(
-        cluster,
-        namespace,
-        rljob("top", **whole, priority=10, iterations=1000, phaseProfile=profile),
-    )
-    apply(cluster, namespace, rljob("short", **whole, iterations=10, phaseProfile=profile))
+    fill_cluster(cluster, namespace)
+    top = rljob("top", **WHOLE, priority=10, iterations=1000, phaseProfile=PROFILE)
+    apply(cluster, namespace, top)
+    apply(cluster, namespace, rljob("short", **WHOLE, iterations=10, phaseProfile=PROFILE))
     condition = wait_for(
         "top says it is in its grace",
         lambda: (
