@@ -26,6 +26,7 @@ from datetime import datetime
 
 from rlix.core import names
 from rlix.core.policy.admission import Admission, PodPlacement, WaitReason, queue_order
+from rlix.core.policy.ordering import DEFAULT_GRACE, Grace
 from rlix.core.rljob import CONDITION_ADMITTED, ConditionStatus, JobState, RLJob
 from rlix.core.snapshot import Workload
 from rlix.core.validation import Capacity, FieldError, capacity_errors
@@ -90,6 +91,9 @@ class Admitter:
     kube: Kube
     ledger_namespace: str = "default"
     window: int = DEFAULT_WINDOW
+    # How long a sized job of a higher class queues among the lowest
+    # (``ordering.precedence``; ``ordering.STRICT``: not at all).
+    grace: Grace = DEFAULT_GRACE
     # job key -> its ledger entry (pod "namespace/name" -> where admission
     # planned it), as last read from or written to the ledger.
     reservations: dict[str, Entry] = field(default_factory=dict)
@@ -230,7 +234,11 @@ class Admitter:
         decisions: dict[str, Admission] = {}
         candidates = []
         size = sizes(
-            live, capacity.total_gpus if capacity else 0, self.clock(), (j.key for j in waiting)
+            live,
+            capacity.total_gpus if capacity else 0,
+            self.clock(),
+            (j.key for j in waiting),
+            self.grace,
         )
         for job in waiting:
             if capacity is None:

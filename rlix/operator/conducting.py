@@ -34,6 +34,7 @@ from typing import Any
 from rlix.core import names
 from rlix.core.agent_protocol import SELF, Location
 from rlix.core.policy.conduct import Action, ConductConfig, Kind
+from rlix.core.policy.ordering import DEFAULT_GRACE
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import ConditionStatus
@@ -210,7 +211,9 @@ class Conductor:
         # a larger one of it; the backlog is every live job's.
         capacity = Capacity.of(build_snapshot(self.store.nodes.values(), []))
         queued = [job.key for job in live if job.status.state in WAITING]
-        size = sizes(live, capacity.total_gpus if capacity else 0, now, queued)
+        # The admitter's grace, so that both see the same jobs in their grace.
+        grace = self.admitter.grace if self.admitter is not None else DEFAULT_GRACE
+        size = sizes(live, capacity.total_gpus if capacity else 0, now, queued, grace)
         for job in live:
             # A job in its grace (``ordering.precedence``) waits for free room:
             # nothing is parked or lent for it until the grace ends.

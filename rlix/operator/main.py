@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import tempfile
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ import kopf
 from rlix.core import names
 from rlix.core.agent_protocol import SELF, Location, ProtocolError, parse_target
 from rlix.core.policy.conduct import ConductConfig
+from rlix.core.policy.ordering import CLASS_GRACE, TOP_GRACE, Grace
 from rlix.operator import leadership, webhook
 from rlix.operator.admitting import DEFAULT_WINDOW, Admitter
 from rlix.operator.certificates import make_certificates
@@ -142,6 +144,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_WINDOW,
         help="queued jobs (in queue order) the policy considers per pass (default %(default)s)",
     )
+    queue = parser.add_argument_group(
+        "grace before precedence (docs/rljob.md)",
+        "A waiting job of a class above the lowest that declares its size\n"
+        "(spec.iterations) queues among the lowest class, least work first, for a\n"
+        "share of its expected length alone; then its own class applies.\n"
+        "--top-grace 0 --class-grace 0 makes priority classes strict.",
+    )
+    queue.add_argument(
+        "--top-grace",
+        type=_share,
+        default=TOP_GRACE,
+        metavar="SHARE",
+        help="the highest class's share (default %(default)s: a job expected to run "
+        "10 hours queues with the lowest class for its first hour)",
+    )
+    queue.add_argument(
+        "--class-grace",
+        type=_share,
+        default=CLASS_GRACE,
+        metavar="SHARE",
+        help="the share of every class between the highest and the lowest (default %(default)s)",
+    )
     parser.add_argument(
         "--ledger-namespace",
         default="default",
@@ -177,6 +201,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
+
+
+def _share(value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        share = math.nan
+    if not (math.isfinite(share) and share >= 0):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a share: give a number >= 0 (0: no grace), e.g. 0.1 or 2"
+        )
+    return share
 
 
 def _target(value: str) -> Location:
@@ -252,6 +288,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         kube,
         ledger_namespace=args.ledger_namespace,
         window=args.admission_window,
+        grace=Grace(args.top_grace, args.class_grace),
         namespaces=tuple(args.namespace),
     )
     reconciler = Reconciler(

@@ -19,6 +19,8 @@ from typing import Protocol
 from rlix.core.phases import Phase
 from rlix.core.policy.admission import Admission, GangRequest, admit
 from rlix.core.policy.ordering import (
+    DEFAULT_GRACE,
+    Grace,
     critical_jobs,
     grace_s,
     planned_work_left,
@@ -74,14 +76,19 @@ class Size:
 
 
 def sizes(
-    jobs: Iterable[RLJob], gpus: int, now: datetime | None = None, waiting: Iterable[str] = ()
+    jobs: Iterable[RLJob],
+    gpus: int,
+    now: datetime | None = None,
+    waiting: Iterable[str] = (),
+    grace: Grace = DEFAULT_GRACE,
 ) -> dict[str, Size]:
     """Every job's ``Size``; ``jobs`` are the live ones (queued, admitted or
     running), whose work left is the backlog, over the cluster's ``gpus``.
 
     With ``now``, each job keyed in ``waiting`` that is still in its grace
     (waited since its creation less than ``ordering.grace_s`` of its expected
-    length alone, among the classes the live jobs hold) gets ``waiting_as``.
+    length alone with ``grace``'s shares, among the classes the live jobs
+    hold) gets ``waiting_as``.
     """
     live = list(jobs)
     left = {job.key: (work_left(job), job.spec.gpus) for job in live}
@@ -99,9 +106,10 @@ def sizes(
             continue
         waited = (now - created).total_seconds()
         alone = size.work_left / job.spec.gpus
-        queued_as = precedence(job.spec.priority, top, lowest, waited, alone)
+        queued_as = precedence(job.spec.priority, top, lowest, waited, alone, shares=grace)
         if queued_as != job.spec.priority:
-            until = created + timedelta(seconds=grace_s(job.spec.priority, top, lowest, alone))
+            span = grace_s(job.spec.priority, top, lowest, alone, shares=grace)
+            until = created + timedelta(seconds=span)
             out[job.key] = replace(size, waiting_as=queued_as, grace_until=until)
     return out
 

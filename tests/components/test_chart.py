@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from rlix.devcluster.toolchain import HELM_BINARIES, bin_dir, versions
+from rlix.operator.main import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "rlix"
@@ -141,6 +142,23 @@ def test_operator_mounts_the_socket_dir_the_agent_serves_in(helm: Helm) -> None:
     assert "--agent-socket-dir=/var/run/rlix-test" in args_of("Deployment", "t-rlix-operator")
 
 
+def test_the_operators_grace_comes_from_values(helm: Helm) -> None:
+    def operator_args(*values: str) -> list[str]:
+        (container,) = _workload(_render(helm, *values), "operator")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        return list(container["args"])
+
+    default = operator_args()
+    assert "--top-grace=0.1" in default and "--class-grace=2" in default
+    strict = operator_args("--set", "operator.grace.top=0", "--set", "operator.grace.between=0")
+    assert "--top-grace=0" in strict and "--class-grace=0" in strict
+    # The operator accepts what the chart renders.
+    flags = [a for a in default + strict if a.startswith(("--top-grace", "--class-grace"))]
+    parsed = parse_args(flags[:2])
+    assert (parsed.top_grace, parsed.class_grace) == (0.1, 2.0)
+
+
 def _render(helm: Helm, *values: str, kube_version: str = KUBE_VERSION) -> list[dict[str, Any]]:
     result = helm("template", "t", str(CHART), "--kube-version", kube_version, *values)
     assert result.returncode == 0, result.stderr
@@ -168,9 +186,10 @@ def _workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
         (["--set", "extender.image.pullPolicy=Sometimes"], "/extender/image/pullPolicy"),
         (["--set", "nodeAgent.backend=nvlm"], "/nodeAgent/backend"),
         (["--set", "scheduler.extraArgs=--v=4"], "/scheduler/extraArgs"),
+        (["--set", "operator.grace.top=-1"], "/operator/grace/top"),
     ],
     ids=["top-level-typo", "nested-typo", "image-typo", "deep-typo", "type", "enum", "backend",
-         "args-not-a-list"],
+         "args-not-a-list", "negative-grace"],
 )  # fmt: skip
 def test_schema_refuses_a_misspelt_or_mistyped_value(
     helm: Helm, values: list[str], named: str

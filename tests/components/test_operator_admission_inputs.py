@@ -8,7 +8,7 @@ from typing import Any
 
 from rlix.core import names
 from rlix.core.policy.admission import admit, queue_order
-from rlix.core.policy.ordering import TOP_GRACE
+from rlix.core.policy.ordering import STRICT, TOP_GRACE, Grace
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import Node
@@ -203,6 +203,21 @@ def test_a_sized_job_of_a_higher_class_queues_with_the_lowest_until_its_grace_en
     assert sizes([top], 64, created, ["ns/top"])["ns/top"].waiting_as is None
     # Without a clock (the caller keeps strict classes) nobody has one.
     assert sizes([top, low], 64)["ns/top"].waiting_as is None
+
+
+def test_the_operators_grace_shares_set_the_grace_and_strict_has_none() -> None:
+    body = sized("top", 100, "2026-01-01T00:00:00Z").model_dump(by_alias=True, exclude_none=True)
+    body["spec"]["priority"] = 9
+    top = RLJob.model_validate(body)  # 6,000 s alone
+    low = sized("low", 10, "2026-01-01T00:00:00Z")
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    waiting = ["ns/top", "ns/low"]
+    now = created + timedelta(seconds=1000)
+    # Past the default grace (600 s), inside a grace of half its length (3,000 s).
+    assert sizes([top, low], 64, now, waiting)["ns/top"].waiting_as is None
+    half = sizes([top, low], 64, now, waiting, Grace(top=0.5))["ns/top"]
+    assert half.waiting_as == 0 and half.grace_until == created + timedelta(seconds=3000)
+    assert sizes([top, low], 64, created, waiting, STRICT)["ns/top"].waiting_as is None
 
 
 def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:

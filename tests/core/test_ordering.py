@@ -10,8 +10,11 @@ import pytest
 from rlix.core.policy.admission import GangRequest, queue_order
 from rlix.core.policy.ordering import (
     CLASS_GRACE,
+    DEFAULT_GRACE,
     DISPLACE_RATIO,
+    STRICT,
     TOP_GRACE,
+    Grace,
     critical_jobs,
     displaces,
     grace_s,
@@ -21,7 +24,7 @@ from rlix.core.policy.ordering import (
 )
 from rlix.core.policy.placement import PlacementView, choose_victims_on
 from rlix.core.policy.rlix_policy import RLixPolicy
-from rlix.core.sim.engine import simulate
+from rlix.core.sim.engine import SimConfig, simulate
 from rlix.core.sim.mixes import expected_gpu_s
 from rlix.core.sim.schedulers import QueueOrder
 from rlix.core.sim.schedulers import rlix as rlix_scheduler
@@ -211,6 +214,25 @@ def test_a_waiting_job_takes_its_class_when_its_grace_ends() -> None:
     assert names([inside, req("short", 0, left=800.0)]) == ["short", "top"]
 
 
+def test_the_shares_are_settings_and_strict_means_no_grace() -> None:
+    wider = Grace(top=0.5, between=1.0)
+    assert grace_s(9, 9, 0, 1000.0, shares=wider) == 500.0
+    assert grace_s(5, 9, 0, 1000.0, shares=wider) == 1000.0
+    assert precedence(9, 9, 0, 499.0, 1000.0, shares=wider) == 0
+    # Strict classes: every class applies from the first second.
+    assert grace_s(9, 9, 0, 1000.0, shares=STRICT) == 0.0
+    assert precedence(9, 9, 0, 0.0, 1000.0, shares=STRICT) == 9
+    assert precedence(5, 9, 0, 0.0, 1000.0, shares=STRICT) == 5
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
+def test_a_grace_share_that_is_not_a_number_at_least_zero_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="top share must be a number >= 0"):
+        Grace(top=bad)
+    with pytest.raises(ValueError, match="between share must be a number >= 0"):
+        Grace(between=bad)
+
+
 def _top_arrives_behind(low_iterations: int):  # type: ignore[no-untyped-def]
     # One 8-GPU node: a preemptible priority-0 job runs; a long top-class job
     # arrives 600 s later. 32B jobs do not fit two to a GPU: the top job either
@@ -221,11 +243,13 @@ def _top_arrives_behind(low_iterations: int):  # type: ignore[no-untyped-def]
     )
 
 
-def _top_wait(low_iterations: int, order: QueueOrder = QueueOrder.SHORTEST) -> tuple[float, int]:
+def _top_wait(
+    low_iterations: int, order: QueueOrder = QueueOrder.SHORTEST, grace: Grace = DEFAULT_GRACE
+) -> tuple[float, int]:
     """The top job's wait as a share of its expected length (the grace's unit),
     and the preemptions."""
     mix = _top_arrives_behind(low_iterations)
-    result = simulate(mix, replace(rlix_scheduler(), order=order))
+    result = simulate(mix, replace(rlix_scheduler(), order=order), SimConfig(grace=grace))
     (i,) = (k for k, p in enumerate(result.priorities) if p == 5)
     top = mix.jobs[1]
     expected_s = expected_gpu_s(top) / top.gpus
@@ -239,6 +263,9 @@ def test_a_top_job_lets_a_job_that_ends_within_its_grace_finish() -> None:
     # Strict classes (arrival order inside a class: no sizes, no grace) park it at once.
     strict, parked = _top_wait(10, QueueOrder.PRIORITY)
     assert parked == 1 and strict < wait
+    # So do sizes without a grace (the operator's --top-grace 0).
+    no_grace, parked = _top_wait(10, grace=STRICT)
+    assert parked == 1 and no_grace < wait
 
 
 def test_a_top_job_parks_a_longer_one_when_its_grace_ends() -> None:

@@ -45,7 +45,9 @@ therefore keeps its FIFO order exactly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -60,6 +62,26 @@ TOP_GRACE = 0.1
 CLASS_GRACE = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class Grace:
+    """The grace's shares of a job's expected length alone: ``top`` for the
+    highest class present, ``between`` for every class between it and the
+    lowest. ``Grace(0, 0)`` (``STRICT``) makes classes strict from a job's
+    first second (the operator's ``--top-grace 0 --class-grace 0``)."""
+
+    top: float = TOP_GRACE
+    between: float = CLASS_GRACE
+
+    def __post_init__(self) -> None:
+        for name, share in (("top", self.top), ("between", self.between)):
+            if not (math.isfinite(share) and share >= 0):
+                raise ValueError(f"the grace's {name} share must be a number >= 0, got {share}")
+
+
+DEFAULT_GRACE = Grace()
+STRICT = Grace(0.0, 0.0)
+
+
 def class_key(
     priority: int, work_left: float, critical: bool, arrival: float
 ) -> tuple[object, ...]:
@@ -69,21 +91,31 @@ def class_key(
     return (-priority, not critical, known, work_left if known else 0.0, arrival)
 
 
-def grace_s(priority: int, top: int, lowest: int, alone_s: float) -> float:
+def grace_s(
+    priority: int, top: int, lowest: int, alone_s: float, *, shares: Grace = DEFAULT_GRACE
+) -> float:
     """Seconds a waiting job of ``priority`` queues at the ``lowest`` class's
     place before its own class applies; ``top`` is the highest class present.
     Zero for the lowest class (it is there already) and for an unknown length (0)."""
     if priority <= lowest or alone_s <= 0:
         return 0.0
-    return (TOP_GRACE if priority >= top else CLASS_GRACE) * alone_s
+    return (shares.top if priority >= top else shares.between) * alone_s
 
 
-def precedence(priority: int, top: int, lowest: int, waited_s: float, alone_s: float) -> int:
+def precedence(
+    priority: int,
+    top: int,
+    lowest: int,
+    waited_s: float,
+    alone_s: float,
+    *,
+    shares: Grace = DEFAULT_GRACE,
+) -> int:
     """The class a waiting job queues and parks in: ``lowest`` within its grace
     (``grace_s``), its own after. Only for ordering a queue: a running job
     holds its own class, so a job admitted within its grace is never parked
     for being in it."""
-    return lowest if waited_s < grace_s(priority, top, lowest, alone_s) else priority
+    return lowest if waited_s < grace_s(priority, top, lowest, alone_s, shares=shares) else priority
 
 
 def displaces(priority: int, work_left: float, their_priority: int, their_left: float) -> bool:

@@ -183,7 +183,7 @@ class Simulation:
         if not self.by_size:
             return
         alone_s = run.work_gpu_s / run.spec.gpus if run.spec.gpus else 0.0
-        grace = grace_s(run.spec.priority, self.top, self.lowest, alone_s)
+        grace = grace_s(run.spec.priority, self.top, self.lowest, alone_s, shares=self.config.grace)
         if grace > 0:
             run.waiting_as = self.lowest
             self._push(t + grace, GRACE_ENDS, run.id)

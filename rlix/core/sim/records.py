@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlix.core.policy.admission import Admission, GangRequest
+from rlix.core.policy.ordering import DEFAULT_GRACE, Grace
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.interference import DEFAULT, Interference
 from rlix.core.snapshot import ClusterSnapshot
@@ -24,6 +25,9 @@ class SimConfig:
     # A parked job whose own node stays full may resume on other nodes, its
     # host copy moved there first at this speed (0: only on its own node).
     relocate_bytes_per_s: float = hw.NODE_TO_NODE_BYTES_PER_S
+    # Sized ordering: how long a job of a higher class queues among the lowest
+    # (the operator's --top-grace / --class-grace; ``ordering.STRICT``: not at all).
+    grace: Grace = DEFAULT_GRACE
 
 
 @dataclass(frozen=True)
