@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rlix.core.policy.ordering import CLASS_GRACE, DEFAULT_GRACE, TOP_GRACE, Grace, parse_share
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.engine import SimConfig, simulate
 from rlix.core.sim.interference import ASSUMED, DEFAULT, Interference, from_document
@@ -560,6 +561,11 @@ def main(argv: list[str] | None = None) -> int:
                         choices=("time_slicing", "mps"))  # fmt: skip
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.0,
                         help="vLLM preallocation, every job (0: KV sized to batch)")  # fmt: skip
+    parser.add_argument("--top-grace", type=parse_share, default=TOP_GRACE, metavar="SHARE",
+                        help="as rlix-operator's (default %(default)s)")  # fmt: skip
+    parser.add_argument("--class-grace", type=parse_share, default=CLASS_GRACE, metavar="SHARE",
+                        help="as rlix-operator's (default %(default)s; both 0: strict "
+                             "classes)")  # fmt: skip
     parser.add_argument("--no-compare", action="store_true",
                         help="skip interference.md (the assumed-vs-measured table)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -572,15 +578,19 @@ def main(argv: list[str] | None = None) -> int:
         else DEFAULT
     )
     out_bps, in_bps = SUSPEND[args.suspend]
-    config = SimConfig(suspend_bytes_per_s=out_bps, restore_bytes_per_s=in_bps, interference=matrix)
+    grace = Grace(args.top_grace, args.class_grace)
+    config = SimConfig(
+        suspend_bytes_per_s=out_bps, restore_bytes_per_s=in_bps, interference=matrix, grace=grace
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     command = shlex.join([".venv/bin/python", "bench/simulate.py", *(argv or sys.argv[1:])])
     print(f"$ {command}")
-    # A non-default matrix or preallocation writes <mix>-<tag>.md beside the
-    # default tables instead of replacing them.
+    # A non-default matrix, preallocation or grace writes <mix>-<tag>.md beside
+    # the default tables instead of replacing them.
     tag = "".join(
         [f"-{matrix.name}" if args.interference else "",
-         f"-gmu{args.gpu_memory_utilization:g}" if args.gpu_memory_utilization else ""]
+         f"-gmu{args.gpu_memory_utilization:g}" if args.gpu_memory_utilization else "",
+         f"-grace{grace.top:g}-{grace.between:g}" if grace != DEFAULT_GRACE else ""]
     )  # fmt: skip
     done: dict[str, Runs] = {}
     for mix in args.mix or DEFAULT_MIXES:

@@ -37,6 +37,7 @@ SUSPEND_BYTES_PER_S = {
 
 
 def add_parser(sub: Any) -> None:
+    from rlix.core.policy.ordering import CLASS_GRACE, TOP_GRACE, parse_share
     from rlix.core.sim.mixes import MIXES
     from rlix.core.sim.schedulers import SCHEDULERS
 
@@ -65,6 +66,21 @@ def add_parser(sub: Any) -> None:
         choices=sorted(SUSPEND_BYTES_PER_S),
         help="speed of parking memory on suspension (link = PCIe Gen5 floors)",
     )
+    p.add_argument(
+        "--top-grace",
+        type=parse_share,
+        default=TOP_GRACE,
+        metavar="SHARE",
+        help="as rlix-operator's: a waiting top-class job that declares its size queues "
+        "with the lowest class for this share of its expected length (default %(default)s)",
+    )
+    p.add_argument(
+        "--class-grace",
+        type=parse_share,
+        default=CLASS_GRACE,
+        metavar="SHARE",
+        help="the same for the classes between (default %(default)s; both 0: strict classes)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
@@ -88,6 +104,7 @@ def _progress(scheduler: str, quiet: bool) -> Any:
 
 def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, float]]]:
     """Run every requested scheduler on the mix; returns results, bound, speeds."""
+    from rlix.core.policy.ordering import Grace
     from rlix.core.sim import hardware as hw
     from rlix.core.sim.engine import SimConfig, simulate
     from rlix.core.sim.metrics import bound
@@ -101,6 +118,7 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
         sample_s=args.sample_s,
         suspend_bytes_per_s=getattr(hw, out_name),
         restore_bytes_per_s=getattr(hw, in_name),
+        grace=Grace(args.top_grace, args.class_grace),
     )
     mix = make_mix(args.mix, seed=args.seed, jobs=args.jobs)
     results, speeds = [], []

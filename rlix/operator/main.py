@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import math
 import os
 import tempfile
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ import kopf
 from rlix.core import names
 from rlix.core.agent_protocol import SELF, Location, ProtocolError, parse_target
 from rlix.core.policy.conduct import ConductConfig
-from rlix.core.policy.ordering import CLASS_GRACE, TOP_GRACE, Grace
+from rlix.core.policy.ordering import CLASS_GRACE, TOP_GRACE, Grace, parse_share
 from rlix.operator import leadership, webhook
 from rlix.operator.admitting import DEFAULT_WINDOW, Admitter
 from rlix.operator.certificates import make_certificates
@@ -153,7 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     queue.add_argument(
         "--top-grace",
-        type=_share,
+        type=parse_share,
         default=TOP_GRACE,
         metavar="SHARE",
         help="the highest class's share (default %(default)s: a job expected to run "
@@ -161,7 +160,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     queue.add_argument(
         "--class-grace",
-        type=_share,
+        type=parse_share,
         default=CLASS_GRACE,
         metavar="SHARE",
         help="the share of every class between the highest and the lowest (default %(default)s)",
@@ -201,18 +200,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
-
-
-def _share(value: str) -> float:
-    try:
-        share = float(value)
-    except ValueError:
-        share = math.nan
-    if not (math.isfinite(share) and share >= 0):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a share: give a number >= 0 (0: no grace), e.g. 0.1 or 2"
-        )
-    return share
 
 
 def _target(value: str) -> Location:

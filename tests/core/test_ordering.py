@@ -19,6 +19,7 @@ from rlix.core.policy.ordering import (
     displaces,
     grace_s,
     is_critical,
+    parse_share,
     planned_work_left,
     precedence,
 )
@@ -223,6 +224,13 @@ def test_the_shares_are_settings_and_strict_means_no_grace() -> None:
     assert grace_s(9, 9, 0, 1000.0, shares=STRICT) == 0.0
     assert precedence(9, 9, 0, 0.0, 1000.0, shares=STRICT) == 9
     assert precedence(5, 9, 0, 0.0, 1000.0, shares=STRICT) == 5
+
+
+def test_a_share_on_a_command_line_is_a_number_at_least_zero() -> None:
+    assert parse_share("0.1") == 0.1 and parse_share("0") == 0.0
+    for bad in ("-1", "nan", "inf", "a tenth"):
+        with pytest.raises(ValueError, match=f"'{bad}' is not a share: give a number >= 0"):
+            parse_share(bad)
 
 
 @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])

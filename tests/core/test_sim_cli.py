@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlix.cli import simulate
+from rlix.core.policy.ordering import CLASS_GRACE, DEFAULT_GRACE, STRICT
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -45,3 +47,27 @@ def test_one_scheduler_quietly(capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert captured.err == ""
     assert "| metric | better | kube-default | bound |" in captured.out
+
+
+def test_the_grace_shares_reach_the_simulation_and_a_negative_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlix.core.sim import engine
+
+    seen: list[engine.SimConfig] = []
+    real = engine.simulate
+
+    def recording(*a: Any, **kw: Any) -> Any:
+        seen.append(a[2])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine, "simulate", recording)
+    strict = parse("--jobs", "3", "--scheduler", "rlix", "--quiet", "--top-grace", "0")
+    simulate.run_mix(parse("--jobs", "3", "--scheduler", "rlix", "--quiet"))
+    simulate.run_mix(parse("--jobs", "3", "--scheduler", "rlix", "--quiet", "--class-grace", "0",
+                           "--top-grace", "0"))  # fmt: skip
+    assert [c.grace for c in seen] == [DEFAULT_GRACE, STRICT]
+    assert strict.top_grace == 0.0 and strict.class_grace == CLASS_GRACE
+    with pytest.raises(SystemExit):
+        parse("--top-grace", "-1")
+    assert "'-1' is not a share" in capsys.readouterr().err

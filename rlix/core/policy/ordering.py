@@ -45,6 +45,7 @@ therefore keeps its FIFO order exactly.
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -80,6 +81,24 @@ class Grace:
 
 DEFAULT_GRACE = Grace()
 STRICT = Grace(0.0, 0.0)
+
+
+class ShareError(argparse.ArgumentTypeError, ValueError):
+    """A grace share that is not a number >= 0; argparse prints its message as is."""
+
+
+def parse_share(text: str) -> float:
+    """A grace share as a command line gives it (``--top-grace``, ``--class-grace``:
+    ``type=parse_share``)."""
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not (math.isfinite(share) and share >= 0):
+        raise ShareError(
+            f"{text!r} is not a share: give a number >= 0 (0: no grace), e.g. 0.1 or 2"
+        )
+    return share
 
 
 def class_key(
