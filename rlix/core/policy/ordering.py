@@ -31,7 +31,9 @@ grace a top-class job still finishes within about 1.1 times its length (it
 parks lower classes when its grace ends; a running job always holds its own
 class), and short jobs of every class pass through first
 (docs/simulator.md, "Grace before precedence"). A job of unknown size has no
-grace: its class applies at once.
+grace: its class applies at once. The shares are settings (``Grace``: the
+operator's ``--top-grace`` and ``--class-grace``, ``SimConfig.grace``);
+``STRICT`` has no grace at all.
 
 Work is measured in expected GPU-seconds left (the job's GPUs x its expected
 alone seconds left, from what it declares, never from how a run will go: in
