@@ -179,9 +179,14 @@ def test_two_claims_share_one_device_and_a_third_does_not_fit(
         _pod_with_claim("pod-b", "share-b"),
     )
     for pod in ("pod-a", "pod-b"):
-        node = wait_for(
-            f"{pod} to be scheduled", lambda p=pod: _node_of(local_cluster, namespace, p)
-        )
+        try:
+            node = wait_for(
+                f"{pod} to be scheduled", lambda p=pod: _node_of(local_cluster, namespace, p)
+            )
+        except AssertionError as exc:
+            # Seen once in a full run (2026-12-03), never alone: say why it waits.
+            status = get_json(local_cluster, "pod", pod, "-n", namespace)["status"]
+            raise AssertionError(f"{exc}; its conditions: {status.get('conditions')}") from None
         assert node == shared_device.node, f"{pod} went to {node}, not the device's node"
 
     results = {}
