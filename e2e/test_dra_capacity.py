@@ -150,6 +150,27 @@ def _unschedulable_message(cluster: DevCluster, namespace: str, pod: str) -> str
     return None
 
 
+def _scheduled_node(cluster: DevCluster, namespace: str, pod: str, timeout_s: float = 60) -> str:
+    """The pod's node once bound; on a timeout the failure carries the scheduler's reason."""
+    try:
+        return str(
+            wait_for(
+                f"{pod} to be scheduled",
+                lambda: _node_of(cluster, namespace, pod),
+                timeout_s=timeout_s,
+            )
+        )
+    except AssertionError as exc:
+        status = get_json(cluster, "pod", pod, "-n", namespace)["status"]
+        raise AssertionError(f"{exc}; its conditions: {status.get('conditions')}") from None
+
+
+def _allocated(cluster: DevCluster, namespace: str, claim: str) -> dict[str, Any]:
+    """The claim's one allocation result, once the scheduler has written it."""
+    (result,) = wait_for(f"{claim} to be allocated", lambda: _allocation(cluster, namespace, claim))
+    return result
+
+
 def test_the_api_server_runs_with_consumable_capacity_on(local_cluster: DevCluster) -> None:
     metrics = local_cluster.kubectl("get", "--raw", "/metrics").stdout
     gate = [line for line in metrics.splitlines() if 'name="DRAConsumableCapacity"' in line]
@@ -170,31 +191,24 @@ def test_a_shareable_device_keeps_its_capacity_fields(
 def test_two_claims_share_one_device_and_a_third_does_not_fit(
     local_cluster: DevCluster, namespace: str, shared_device: SharedDevice
 ) -> None:
-    apply(
-        local_cluster,
-        namespace,
-        _claim("share-a", shared_device.device_class),
-        _claim("share-b", shared_device.device_class),
-        _pod_with_claim("pod-a", "share-a"),
-        _pod_with_claim("pod-b", "share-b"),
-    )
-    for pod in ("pod-a", "pod-b"):
-        try:
-            node = wait_for(
-                f"{pod} to be scheduled", lambda p=pod: _node_of(local_cluster, namespace, p)
-            )
-        except AssertionError as exc:
-            # Seen once in a full run (2026-12-03), never alone: say why it waits.
-            status = get_json(local_cluster, "pod", pod, "-n", namespace)["status"]
-            raise AssertionError(f"{exc}; its conditions: {status.get('conditions')}") from None
-        assert node == shared_device.node, f"{pod} went to {node}, not the device's node"
-
-    results = {}
-    for claim in ("share-a", "share-b"):
-        (result,) = wait_for(
-            f"{claim} to be allocated", lambda c=claim: _allocation(local_cluster, namespace, c)
+    # One holder at a time: the second claim is allocated against the first's
+    # allocation as the API server stores it, not while the scheduler still binds
+    # pod-a. Created together, pod-b once waited out the 60 s unscheduled in a
+    # full CI run (1 run in 4; never in 70 runs of this file alone, 40 of them
+    # creating both pods at once with no scheduling failure at all). The cause
+    # is not known; one at a time keeps the scheduler's in-flight bookkeeping
+    # out of a test about capacity, and a timeout now says the scheduler's reason.
+    results: dict[str, dict[str, Any]] = {}
+    for pod, claim in (("pod-a", "share-a"), ("pod-b", "share-b")):
+        apply(
+            local_cluster,
+            namespace,
+            _claim(claim, shared_device.device_class),
+            _pod_with_claim(pod, claim),
         )
-        results[claim] = result
+        node = _scheduled_node(local_cluster, namespace, pod)
+        assert node == shared_device.node, f"{pod} went to {node}, not the device's node"
+        results[claim] = _allocated(local_cluster, namespace, claim)
     for claim, result in results.items():
         assert result["driver"] == shared_device.driver, (claim, result)
         assert result["pool"] == shared_device.node, (claim, result)
@@ -224,13 +238,7 @@ def test_two_claims_share_one_device_and_a_third_does_not_fit(
     # claim frees its 30Gi, and the waiting pod gets the same device.
     local_cluster.kubectl("delete", "pod", "pod-a", "-n", namespace, "--wait=true")
     local_cluster.kubectl("delete", "resourceclaim", "share-a", "-n", namespace, "--wait=true")
-    node = wait_for(
-        "pod-c to be scheduled once share-a is gone",
-        lambda: _node_of(local_cluster, namespace, "pod-c"),
-        timeout_s=120,
-    )
+    node = _scheduled_node(local_cluster, namespace, "pod-c", timeout_s=120)
     assert node == shared_device.node
-    (result,) = wait_for(
-        "share-c to be allocated", lambda: _allocation(local_cluster, namespace, "share-c")
-    )
+    result = _allocated(local_cluster, namespace, "share-c")
     assert result["device"] == DEVICE and result["consumedCapacity"] == {"memory": REQUEST}
