@@ -159,6 +159,35 @@ def test_the_operators_grace_comes_from_values(helm: Helm) -> None:
     assert (parsed.top_grace, parsed.class_grace) == (0.1, 2.0)
 
 
+def test_the_conductors_settings_come_from_values(helm: Helm) -> None:
+    def operator_args(*values: str) -> list[str]:
+        (container,) = _workload(_render(helm, *values), "operator")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        return list(container["args"])
+
+    def conductor_flags(args: list[str]) -> list[str]:
+        names = ("--max-suspended-seconds", "--suspend-target", "--no-conductor")
+        return [a for a in args if a.startswith(names)]
+
+    default = conductor_flags(operator_args())
+    assert default == ["--max-suspended-seconds=600", "--suspend-target=self"]
+    # The operator's own defaults: the chart changes nothing unless asked.
+    parsed, unset = parse_args(default), parse_args([])
+    assert parsed.max_suspended_seconds == unset.max_suspended_seconds
+    assert parsed.suspend_target == unset.suspend_target and not parsed.no_conductor
+    chosen = conductor_flags(
+        operator_args(
+            "--set", "operator.conductor.maxSuspendedSeconds=0",
+            "--set", "operator.conductor.suspendTarget=gpu:3",
+        )
+    )  # fmt: skip
+    parsed = parse_args(chosen)
+    assert (parsed.max_suspended_seconds, str(parsed.suspend_target)) == (0.0, "gpu:3")
+    off = conductor_flags(operator_args("--set", "operator.conductor.enabled=false"))
+    assert off == ["--no-conductor"] and parse_args(off).no_conductor
+
+
 def _render(helm: Helm, *values: str, kube_version: str = KUBE_VERSION) -> list[dict[str, Any]]:
     result = helm("template", "t", str(CHART), "--kube-version", kube_version, *values)
     assert result.returncode == 0, result.stderr
@@ -187,9 +216,12 @@ def _workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
         (["--set", "nodeAgent.backend=nvlm"], "/nodeAgent/backend"),
         (["--set", "scheduler.extraArgs=--v=4"], "/scheduler/extraArgs"),
         (["--set", "operator.grace.top=-1"], "/operator/grace/top"),
+        (["--set", "operator.conductor.suspendTarget=gpu"], "/operator/conductor/suspendTarget"),
+        (["--set", "operator.conductor.maxSuspendedSeconds=-5"],
+         "/operator/conductor/maxSuspendedSeconds"),
     ],
     ids=["top-level-typo", "nested-typo", "image-typo", "deep-typo", "type", "enum", "backend",
-         "args-not-a-list", "negative-grace"],
+         "args-not-a-list", "negative-grace", "suspend-target", "negative-max-suspended"],
 )  # fmt: skip
 def test_schema_refuses_a_misspelt_or_mistyped_value(
     helm: Helm, values: list[str], named: str
