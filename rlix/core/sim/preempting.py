@@ -132,11 +132,14 @@ def try_resume(sim: Engine, t: float) -> None:
             placed.append(placement)
             trial = trial.with_workload(bind(pod, placement))
         if len(placed) < len(request.pods):
-            admission, shape = None, _shape(run, request)
-            if sim.config.relocate_bytes_per_s > 0 and shape not in unplaceable:
-                admission = _relocate(sim, run, t)
+            admission = None
+            if sim.config.relocate_bytes_per_s > 0:
+                shape = _shape(run, request)
+                if shape not in unplaceable:
+                    admission = _relocate(sim, run, t)
+                    if admission is None:
+                        unplaceable.add(shape)
             if admission is None:
-                unplaceable.add(shape)
                 run.placements = [(h, ()) for h in homes]
                 sim.resume_failed_at[jid] = (epoch, t)
                 continue
