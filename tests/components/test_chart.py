@@ -143,15 +143,11 @@ def test_operator_mounts_the_socket_dir_the_agent_serves_in(helm: Helm) -> None:
 
 
 def test_the_operators_grace_comes_from_values(helm: Helm) -> None:
-    def operator_args(*values: str) -> list[str]:
-        (container,) = _workload(_render(helm, *values), "operator")["spec"]["template"]["spec"][
-            "containers"
-        ]
-        return list(container["args"])
-
-    default = operator_args()
+    default = _operator_args(helm)
     assert "--top-grace=0.1" in default and "--class-grace=2" in default
-    strict = operator_args("--set", "operator.grace.top=0", "--set", "operator.grace.between=0")
+    strict = _operator_args(
+        helm, "--set", "operator.grace.top=0", "--set", "operator.grace.between=0"
+    )
     assert "--top-grace=0" in strict and "--class-grace=0" in strict
     # The operator accepts what the chart renders.
     flags = [a for a in default + strict if a.startswith(("--top-grace", "--class-grace"))]
@@ -160,32 +156,34 @@ def test_the_operators_grace_comes_from_values(helm: Helm) -> None:
 
 
 def test_the_conductors_settings_come_from_values(helm: Helm) -> None:
-    def operator_args(*values: str) -> list[str]:
-        (container,) = _workload(_render(helm, *values), "operator")["spec"]["template"]["spec"][
-            "containers"
-        ]
-        return list(container["args"])
-
     def conductor_flags(args: list[str]) -> list[str]:
         names = ("--max-suspended-seconds", "--suspend-target", "--no-conductor")
         return [a for a in args if a.startswith(names)]
 
-    default = conductor_flags(operator_args())
+    default = conductor_flags(_operator_args(helm))
     assert default == ["--max-suspended-seconds=600", "--suspend-target=self"]
     # The operator's own defaults: the chart changes nothing unless asked.
     parsed, unset = parse_args(default), parse_args([])
     assert parsed.max_suspended_seconds == unset.max_suspended_seconds
     assert parsed.suspend_target == unset.suspend_target and not parsed.no_conductor
     chosen = conductor_flags(
-        operator_args(
+        _operator_args(
+            helm,
             "--set", "operator.conductor.maxSuspendedSeconds=0",
             "--set", "operator.conductor.suspendTarget=gpu:3",
         )
     )  # fmt: skip
     parsed = parse_args(chosen)
     assert (parsed.max_suspended_seconds, str(parsed.suspend_target)) == (0.0, "gpu:3")
-    off = conductor_flags(operator_args("--set", "operator.conductor.enabled=false"))
+    off = conductor_flags(_operator_args(helm, "--set", "operator.conductor.enabled=false"))
     assert off == ["--no-conductor"] and parse_args(off).no_conductor
+
+
+def _operator_args(helm: Helm, *values: str) -> list[str]:
+    (container,) = _workload(_render(helm, *values), "operator")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    return list(container["args"])
 
 
 def _render(helm: Helm, *values: str, kube_version: str = KUBE_VERSION) -> list[dict[str, Any]]:
