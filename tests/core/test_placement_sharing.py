@@ -13,6 +13,7 @@ from rlix.core.policy.placement.sharing import (
     ASSUMED_CELLS,
     DEFAULT_RULES,
     MEASURED_H200_CELLS,
+    PAYING_PAIR,
     SharingRules,
     expected_rates,
 )
@@ -25,6 +26,11 @@ GiB = 1024
 
 ASSUMED_RULES = SharingRules(ASSUMED_CELLS)
 MEASURED_RULES = SharingRules(MEASURED_H200_CELLS)
+# Rule 5 at a threshold of one GPU (a pair delivering more than running its jobs
+# in turn): the tests of how a pair's progress is judged use it, since the
+# default threshold (PAYING_PAIR, 4/3) refuses the light pairs they judge.
+ASSUMED_AT_ONE = replace(ASSUMED_RULES, min_pair_progress=1.0)
+MEASURED_AT_ONE = replace(MEASURED_RULES, min_pair_progress=1.0)
 
 
 def _rollout(name: str, job: str, *gpus: int, priority: int = 0):  # type: ignore[no-untyped-def]
@@ -95,17 +101,37 @@ def test_under_the_measured_h200_matrix_no_pair_of_busy_jobs_pays_so_nobody_shar
 
 
 def test_under_the_assumed_matrix_pairs_pay_but_the_protected_class_stays_alone() -> None:
-    # Same shape: 2 / (1 + 1.0) = 1.0, at the threshold; compute/memory: 1.48.
-    assert ASSUMED_RULES.shares_at_all(0)
-    assert ASSUMED_RULES.shares_at_all(99)
+    # Same shape: 2 / (1 + 1.0) = 1.0, at a threshold of one GPU; compute/memory: 1.48.
+    assert ASSUMED_AT_ONE.shares_at_all(0)
+    assert ASSUMED_AT_ONE.shares_at_all(99)
     # The protected class (>= 100) would be slowed 2x by a same-shape partner.
-    assert not ASSUMED_RULES.shares_at_all(100)
+    assert not ASSUMED_AT_ONE.shares_at_all(100)
     c = cluster().with_nodes(node("n").gpus(1))
     low = c.with_pods(_rollout("a-0", "a", 0)).build()
-    assert filter_nodes(PlacementView(low, rules=ASSUMED_RULES), _newcomer(), ["n"]).feasible
+    assert filter_nodes(PlacementView(low, rules=ASSUMED_AT_ONE), _newcomer(), ["n"]).feasible
     top = c.with_pods(_rollout("a-0", "a", 0, priority=100)).build()
-    view = PlacementView(top, rules=ASSUMED_RULES)
+    view = PlacementView(top, rules=ASSUMED_AT_ONE)
     assert filter_nodes(view, _newcomer(priority=100), ["n"]).feasible == []
+
+
+def test_a_pair_must_deliver_four_thirds_of_a_gpu_to_share_by_default() -> None:
+    # Two jobs of lengths a <= b at a rate r each finish at a / r and
+    # a / r + b - a; in turn at a and a + b. Sharing is sooner in sum only for
+    # r > 2/3: a pair delivering more than 4/3 GPUs.
+    a, b = 1.0, 3.0
+    for r, sooner in ((0.6, False), (0.7, True)):
+        assert (2 * a / r + b - a < 2 * a + b) is sooner
+        assert (2 * r >= PAYING_PAIR) is sooner
+    assert ASSUMED_RULES.min_pair_progress == MEASURED_RULES.min_pair_progress == PAYING_PAIR
+    # Two same-shape rollouts under the assumed matrix deliver 1.0: not enough.
+    c = cluster().with_nodes(node("n").gpus(1)).with_pods(_rollout("a-0", "a", 0)).build()
+    assert filter_nodes(PlacementView(c, rules=ASSUMED_RULES), _newcomer(), ["n"]).feasible == []
+    # A trainer beside a rollout (each declares only its one phase) delivers 1.48: it shares.
+    trainer = pod("t-0").job("t").memory(training=20 * GiB).phase("training").on("n", 0)
+    busy = cluster().with_nodes(node("n").gpus(1)).with_pods(trainer).build()
+    rollout = pod("new").job("new").memory(rollout=20 * GiB).build()
+    view = PlacementView(busy, rules=ASSUMED_RULES)
+    assert filter_nodes(view, rollout, ["n"]).feasible == ["n"]
 
 
 def test_the_simulator_measures_with_the_numbers_the_policy_decides_with() -> None:
@@ -141,9 +167,14 @@ def test_a_pair_that_presses_lightly_over_its_cycle_shares_under_the_measured_ma
     resident = _rollout("a-0", "a", 0).load(*_LIGHT)
     newcomer = pod("new").job("new").memory(rollout=20 * GiB, training=20 * GiB)
     view = PlacementView(
+        cluster().with_nodes(node("n").gpus(1)).with_pods(resident).build(), rules=MEASURED_AT_ONE
+    )
+    # Expected: 2 x 0.536 = 1.07 GPUs of progress; worst moment 0.95. Above
+    # one GPU, so it shares at that threshold; below 4/3, so not by default.
+    by_default = PlacementView(
         cluster().with_nodes(node("n").gpus(1)).with_pods(resident).build(), rules=MEASURED_RULES
     )
-    # Expected: 2 x 0.536 = 1.07 GPUs of progress; worst moment 0.95.
+    assert filter_nodes(by_default, newcomer.load(*_LIGHT).build(), ["n"]).feasible == []
     assert filter_nodes(view, newcomer.load(*_LIGHT).build(), ["n"]).feasible == ["n"]
     # Without a profile on either side the worst case decides, as before.
     assert filter_nodes(view, newcomer.build(), ["n"]).feasible == []
@@ -171,7 +202,7 @@ def test_a_light_profile_never_loosens_the_protected_class_bound() -> None:
             .load(*_LIGHT)
             .build()
         )
-        feasible = filter_nodes(PlacementView(snap, rules=ASSUMED_RULES), newcomer, ["n"]).feasible
+        feasible = filter_nodes(PlacementView(snap, rules=ASSUMED_AT_ONE), newcomer, ["n"]).feasible
         assert bool(feasible) is shares
 
 
@@ -216,7 +247,7 @@ def test_the_simulator_declares_its_jobs_load_profiles() -> None:
         profile = profile_for(spec).load_profile
         assert sum(s.share for s in profile) == pytest.approx(1.0)
         assert profile[0].pressure == pytest.approx(1.0 - spec.env_wait)  # bulk rollout
-    rules = MEASURED_RULES
+    rules = MEASURED_AT_ONE
 
     def as_pod(spec: JobSpec) -> Workload:
         return replace(
@@ -229,6 +260,9 @@ def test_the_simulator_declares_its_jobs_load_profiles() -> None:
     # small-lab-like jobs (tail pressure ~0.97) still do not.
     assert rules.may_share(as_pod(agentic), as_pod(replace(agentic, name="a2")))
     assert not rules.may_share(as_pod(plain), as_pod(replace(plain, name="b2")))
+    # They pay by at most 10%, short of the 4/3 that would make them pay their
+    # own mean JCT too: by default they do not share.
+    assert not MEASURED_RULES.may_share(as_pod(agentic), as_pod(replace(agentic, name="a2")))
 
 
 # Rule 5 on, scoring takes empty GPUs first and, where it must pair, the
