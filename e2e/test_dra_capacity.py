@@ -153,12 +153,8 @@ def _unschedulable_message(cluster: DevCluster, namespace: str, pod: str) -> str
 def _scheduled_node(cluster: DevCluster, namespace: str, pod: str, timeout_s: float = 60) -> str:
     """The pod's node once bound; on a timeout the failure carries the scheduler's reason."""
     try:
-        return str(
-            wait_for(
-                f"{pod} to be scheduled",
-                lambda: _node_of(cluster, namespace, pod),
-                timeout_s=timeout_s,
-            )
+        return wait_for(
+            f"{pod} to be scheduled", lambda: _node_of(cluster, namespace, pod), timeout_s=timeout_s
         )
     except AssertionError as exc:
         status = get_json(cluster, "pod", pod, "-n", namespace)["status"]

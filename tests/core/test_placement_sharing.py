@@ -166,14 +166,11 @@ _HEAVY = (("rollout", 0.5, 1.0), ("training", 0.5, 1.0))  # every phase at full 
 def test_a_pair_that_presses_lightly_over_its_cycle_shares_under_the_measured_matrix() -> None:
     resident = _rollout("a-0", "a", 0).load(*_LIGHT)
     newcomer = pod("new").job("new").memory(rollout=20 * GiB, training=20 * GiB)
-    view = PlacementView(
-        cluster().with_nodes(node("n").gpus(1)).with_pods(resident).build(), rules=MEASURED_AT_ONE
-    )
+    snap = cluster().with_nodes(node("n").gpus(1)).with_pods(resident).build()
+    view = PlacementView(snap, rules=MEASURED_AT_ONE)
     # Expected: 2 x 0.536 = 1.07 GPUs of progress; worst moment 0.95. Above
     # one GPU, so it shares at that threshold; below 4/3, so not by default.
-    by_default = PlacementView(
-        cluster().with_nodes(node("n").gpus(1)).with_pods(resident).build(), rules=MEASURED_RULES
-    )
+    by_default = PlacementView(snap, rules=MEASURED_RULES)
     assert filter_nodes(by_default, newcomer.load(*_LIGHT).build(), ["n"]).feasible == []
     assert filter_nodes(view, newcomer.load(*_LIGHT).build(), ["n"]).feasible == ["n"]
     # Without a profile on either side the worst case decides, as before.

@@ -132,13 +132,7 @@ def try_resume(sim: Engine, t: float) -> None:
             placed.append(placement)
             trial = trial.with_workload(bind(pod, placement))
         if len(placed) < len(request.pods):
-            admission = None
-            if sim.config.relocate_bytes_per_s > 0:
-                shape = _shape(run, request)
-                if shape not in unplaceable:
-                    admission = _relocate(sim, run, t)
-                    if admission is None:
-                        unplaceable.add(shape)
+            admission = _relocate_unless_known(sim, run, request, t, unplaceable)
             if admission is None:
                 run.placements = [(h, ()) for h in homes]
                 sim.resume_failed_at[jid] = (epoch, t)
@@ -152,6 +146,22 @@ def try_resume(sim: Engine, t: float) -> None:
         sim.recorder.bytes_moved += run.parked_bytes
         sim.start(run, admission, t)
         unplaceable.clear()  # the cluster changed
+
+
+def _relocate_unless_known(
+    sim: Engine, run: Run, request: GangRequest, t: float, unplaceable: set[Hashable]
+) -> Admission | None:
+    """``_relocate``, where relocation is on and no job of the same shape failed
+    to relocate earlier in this pass; a failure is remembered in ``unplaceable``."""
+    if sim.config.relocate_bytes_per_s <= 0:
+        return None
+    shape = _shape(run, request)
+    if shape in unplaceable:
+        return None
+    admission = _relocate(sim, run, t)
+    if admission is None:
+        unplaceable.add(shape)
+    return admission
 
 
 # What a relocation's outcome does not depend on: the job's and pods' names
