@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from e2e.kube import apply, pod
+from e2e.kube import apply, pod, wait_for
 from rlix.core import names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +148,13 @@ def test_namespaces_and_output_formats_as_kubectl(
     assert jobs() == [(namespace, "grpo")]  # the context's namespace
     assert (namespace, "grpo") in jobs("-A")
     assert jobs("-n", "default") == []
-    assert jobs("--all-namespaces") == jobs("-A")
+    # Other tests' namespaces are deleted without waiting, so their RLJobs may
+    # vanish between two listings: compare until two back-to-back ones agree
+    # (a CI run once saw one job fewer in the second).
+    wait_for(
+        "--all-namespaces to list what -A lists",
+        lambda: jobs("--all-namespaces") == jobs("-A") or None,
+    )
 
     as_yaml = _rlix(cluster, "describe", "rljob", "grpo", "-o", "yaml", kubeconfig=here)
     assert as_yaml.returncode == 0, as_yaml.stderr
