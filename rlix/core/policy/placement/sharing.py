@@ -31,12 +31,10 @@ so every such co-location lowers the cluster's capacity. The rules:
    Below 4/3 the pair still costs its own jobs time on average: two jobs of
    lengths a <= b, one after the other, finish at a and a + b; sharing at a
    rate r each, they finish at a / r and a / r + b - a, sooner in sum only
-   when r > 2/3, a pair delivering more than 4/3. (The agentic mix's pairs
-   deliver 1.00-1.10: at a threshold of 1.0 its mean JCT was 2251 min, at 4/3
-   1835, for 2% less closed-batch throughput; docs/simulator.md, which also
-   has what 4/3 costs under the assumed matrix.) The cycle of a
-   job is every phase it declares memory for, so the worst case is over all
-   of its busy shapes. Where both jobs declare a load profile
+   when r > 2/3, a pair delivering more than 4/3 (docs/simulator.md, rule 5,
+   has what the threshold moved under both matrices). The cycle of a job is
+   every phase it declares memory for, so the worst case is over all of its
+   busy shapes. Where both jobs declare a load profile
    (``Workload.load_profile``: each segment's share of the iteration and the
    pressure it puts on a co-runner), the pair is judged by its *expected*
    progress over the two cycles instead (``expected_rates``): the worst
