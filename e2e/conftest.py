@@ -20,12 +20,14 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 
+from e2e.failure_report import cluster_report
 from e2e.kube import wait_for
 from rlix.devcluster import processes, realnode
 from rlix.devcluster.cluster import (
@@ -48,6 +50,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """On a real-cluster test's failure, attach the cluster's state (``failure_report``)."""
+    outcome = yield
+    report = outcome.get_result()
+    funcargs = getattr(item, "funcargs", {})
+    if not report.failed or call.when == "teardown" or "cluster" not in funcargs:
+        return
+    logs = []
+    for name in ("operator", "conductor"):  # the fixtures' processes, where a test has them
+        log = getattr(funcargs.get(name), "log", None)
+        if isinstance(log, Path):
+            logs += [log, log.with_name("extender.log")]
+    report.sections.append(
+        ("cluster state at the failure", cluster_report(funcargs["cluster"], logs))
+    )
 
 
 def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:

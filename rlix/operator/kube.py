@@ -27,6 +27,12 @@ from rlix.operator import ledger
 from rlix.operator.ledger import Entry, Ledger
 
 COMPONENT = "rlix-operator"
+# (connect, read) seconds for every call. The operator's one loop awaits each
+# call (``loop.run_loop``), so a response that never comes would stop every
+# admission and reconcile for good, with nothing logged. The API server answers
+# or gives up (its --request-timeout, 60 s by default) well inside the read
+# timeout; a call cut off raises, its pass is logged as failed and retried.
+REQUEST_TIMEOUT_S = (10.0, 90.0)
 
 
 def api_client(kubeconfig: str | None = None, *, pool: int = 16) -> Any:
@@ -68,8 +74,15 @@ class Kube:
     request, and the operator already has the objects as plain JSON.
     """
 
-    def __init__(self, api: Any, *, workers: int = 16) -> None:
+    def __init__(
+        self,
+        api: Any,
+        *,
+        workers: int = 16,
+        request_timeout_s: tuple[float, float] = REQUEST_TIMEOUT_S,
+    ) -> None:
         self._api = api
+        self._request_timeout_s = request_timeout_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
         self._serial = itertools.count()
 
@@ -84,7 +97,7 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self._api.call_api(*params)
+        response = self._api.call_api(*params, _request_timeout=self._request_timeout_s)
         data = response.read()
         if not 200 <= response.status < 300:
             raise KubeError(response.status, data.decode(errors="replace") if data else "")
