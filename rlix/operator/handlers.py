@@ -111,7 +111,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     async def rljob_event(event: kopf.RawEvent, **_: Any) -> None:
         body = event["object"]
         if event["type"] == "DELETED":
-            store.drop_job(job_key(body))
+            store.drop_job(job_key(body), uid=str(body.get("metadata", {}).get("uid") or ""))
         else:
             store.put_job(dict(body))
 

@@ -1,4 +1,5 @@
-"""The operator's in-memory view of the cluster, fed only by kopf watch events.
+"""The operator's in-memory view of the cluster, fed by kopf watch events
+(and by the responses to its own writes, which are newer than the events).
 
 Reconciliation reads this, never the API server, so a pass over a thousand
 jobs costs no requests; writes go through ``rlix.operator.kube``. After a
@@ -9,6 +10,7 @@ needs: nothing here is the only copy of anything.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -20,11 +22,18 @@ from rlix.core.validation import FieldError, parse, spec_errors
 from rlix.operator.snapshots import log_gpu_mode, node_offer
 
 Body = dict[str, Any]
+# Deleted objects remembered, so that a write's response arriving after the
+# watch's DELETED event cannot bring them back (``Store.put_job``).
+TOMBSTONES = 65536
 
 
 def job_key(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata", {})
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+def _uid(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
 
 
 def _newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
@@ -46,6 +55,24 @@ class Store:
         self.queue_changed = True  # capacity or the queue changed: run admission
         self.wakeup = asyncio.Event()
         self._parsed: dict[str, tuple[object, RLJob | None, list[FieldError]]] = {}
+        # uids of deleted jobs and pods, oldest first. A status or annotation
+        # patch in flight when its object is deleted returns the object as it
+        # was; stored after the DELETED event, it would stay for good (no
+        # later event removes it): a job that holds its admission and a pod
+        # that holds its GPUs, so nothing waiting fits again. A uid never comes
+        # back (a job re-created under the same name has a new one).
+        self._gone: OrderedDict[str, None] = OrderedDict()
+
+    def _bury(self, uid: str) -> None:
+        if uid:
+            self._gone[uid] = None
+            while len(self._gone) > TOMBSTONES:
+                self._gone.popitem(last=False)
+
+    def is_gone(self, body: Mapping[str, Any]) -> bool:
+        """Whether ``body`` is an object a DELETED event has already removed."""
+        uid = _uid(body)
+        return bool(uid) and uid in self._gone
 
     def _touch(self, key: str, *, queue: bool = False) -> None:
         self.dirty.add(key)
@@ -54,6 +81,8 @@ class Store:
 
     # -- jobs ---------------------------------------------------------------
     def put_job(self, body: Body) -> None:
+        if self.is_gone(body):
+            return  # a write's late response: the job was deleted meanwhile
         key = job_key(body)
         old = self.jobs.get(key)
         if not _newer(old, body):
@@ -61,7 +90,9 @@ class Store:
         self.jobs[key] = body
         self._touch(key, queue=old is None)
 
-    def drop_job(self, key: str) -> None:
+    def drop_job(self, key: str, uid: str = "") -> None:
+        """Forget the job; ``uid`` (the DELETED event's) keeps it forgotten."""
+        self._bury(uid)
         self.jobs.pop(key, None)
         self._parsed.pop(key, None)
         self.dirty.discard(key)
@@ -92,6 +123,8 @@ class Store:
 
     # -- pods ---------------------------------------------------------------
     def put_pod(self, body: Body) -> None:
+        if self.is_gone(body):
+            return  # a patch's late response: the pod was deleted meanwhile
         meta = body.get("metadata", {})
         job = (meta.get("labels") or {}).get(names.LABEL_JOB)
         if not job:
@@ -112,6 +145,7 @@ class Store:
         self._touch(key, queue=freed or bound)
 
     def drop_pod(self, body: Mapping[str, Any]) -> None:
+        self._bury(_uid(body))
         meta = body.get("metadata", {})
         job = (meta.get("labels") or {}).get(names.LABEL_JOB)
         key = f"{meta.get('namespace', 'default')}/{job}"
