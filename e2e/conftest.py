@@ -62,11 +62,8 @@ def pytest_runtest_makereport(
     funcargs = getattr(item, "funcargs", {})
     if not report.failed or call.when == "teardown" or "cluster" not in funcargs:
         return
-    logs = []
-    for name in ("operator", "conductor"):  # the fixtures' processes, where a test has them
-        log = getattr(funcargs.get(name), "log", None)
-        if isinstance(log, Path):
-            logs += [log, log.with_name("extender.log")]
+    log = getattr(funcargs.get("operator"), "log", None)  # where the test runs an operator
+    logs = [log, log.with_name("extender.log")] if isinstance(log, Path) else []
     report.sections.append(
         ("cluster state at the failure", cluster_report(funcargs["cluster"], logs))
     )

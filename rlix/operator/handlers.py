@@ -26,7 +26,7 @@ from rlix.operator.leadership import Leadership
 from rlix.operator.loop import run_loop
 from rlix.operator.reconciling import Reconciler
 from rlix.operator.snapshots import build_snapshot
-from rlix.operator.store import Store, job_key
+from rlix.operator.store import Store, job_key, uid_of
 
 
 @dataclass
@@ -111,7 +111,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     async def rljob_event(event: kopf.RawEvent, **_: Any) -> None:
         body = event["object"]
         if event["type"] == "DELETED":
-            store.drop_job(job_key(body), uid=str(body.get("metadata", {}).get("uid") or ""))
+            store.drop_job(job_key(body), uid=uid_of(body))
         else:
             store.put_job(dict(body))
 

@@ -32,7 +32,8 @@ def job_key(body: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
 
 
-def _uid(body: Mapping[str, Any]) -> str:
+def uid_of(body: Mapping[str, Any]) -> str:
+    """The object's metadata.uid ('' when it has none)."""
     return str((body.get("metadata") or {}).get("uid") or "")
 
 
@@ -71,7 +72,7 @@ class Store:
 
     def is_gone(self, body: Mapping[str, Any]) -> bool:
         """Whether ``body`` is an object a DELETED event has already removed."""
-        uid = _uid(body)
+        uid = uid_of(body)
         return bool(uid) and uid in self._gone
 
     def _touch(self, key: str, *, queue: bool = False) -> None:
@@ -145,7 +146,7 @@ class Store:
         self._touch(key, queue=freed or bound)
 
     def drop_pod(self, body: Mapping[str, Any]) -> None:
-        self._bury(_uid(body))
+        self._bury(uid_of(body))
         meta = body.get("metadata", {})
         job = (meta.get("labels") or {}).get(names.LABEL_JOB)
         key = f"{meta.get('namespace', 'default')}/{job}"
