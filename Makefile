@@ -23,8 +23,16 @@ help: ## Show this help
 		/^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf "\nVariables: CLUSTER=$(CLUSTER) NODES=$(NODES) REAL_NODES=$(REAL_NODES) GPUS=$(GPUS) GPU_MEMORY_MIB=$(GPU_MEMORY_MIB) KUBECONFIG=<existing cluster>\n"
 
+# A new environment takes about 7 GiB (torch and its CUDA libraries); check
+# first, so a full disk is one clear line instead of pip's OSError halfway.
+VENV_MIN_FREE_GIB ?= 8
+
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) and installing rlix[dev] (pinned)"
+	@test -x $(PY) || { free=$$(df -Pk . | awk 'NR == 2 {print int($$4 / 1048576)}'); \
+		if [ "$$free" -lt $(VENV_MIN_FREE_GIB) ]; then \
+		echo "error: $(VENV) needs about 7 GiB and $$free GiB is free here (df -h $(CURDIR));" \
+			"free some space, or set VENV_MIN_FREE_GIB=<GiB> to try anyway" >&2; exit 1; fi; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip==25.3
 	@$(PY) -m pip install -q -c constraints.txt -e '.[dev,test-torch,trl,rllib]'

@@ -78,8 +78,8 @@ async def interleave(kubeconfig: str, namespace: str, *, ledger_exists: bool) ->
     try:
         if ledger_exists:
             assert await ahead.kube.write_ledger(namespace, {}, None)
-        await ahead.prime()
-        await behind.prime()
+        await ahead.relist()
+        await behind.relist()
         # Watches that have not delivered every job yet: each sees one, so
         # without the fence each would admit its own.
         ahead.store.drop_job(f"{namespace}/j1")

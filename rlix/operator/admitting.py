@@ -12,7 +12,9 @@ policy's typed reason and its sentence.
 
 Before its first pass a (re)started admitter lists nodes, role pods and RLJobs
 from the API server itself: the watches may not have delivered them yet, and a
-pass over a half-filled cache would see running jobs' GPUs as free.
+pass over a half-filled cache would see running jobs' GPUs as free. The
+operator's loop lists again every few minutes (``relist``), which also drops
+what a watch kept after missing its deletion.
 """
 
 from __future__ import annotations
@@ -106,20 +108,41 @@ class Admitter:
         entry = self.reservations.get(job)
         return entry.placements.get(pod) if entry is not None else None
 
-    async def prime(self) -> None:
-        """Fill the store from the API server itself, before any decision."""
-        prefixes = [f"/namespaces/{ns}" for ns in self.namespaces] or [""]
-        for node in await self.kube.list_items("/api/v1/nodes"):
-            self.store.put_node(node)
-        for prefix in prefixes:
-            for pod in await self.kube.list_items(
-                f"/api/v1{prefix}/pods", label_selector=names.LABEL_JOB
-            ):
-                self.store.put_pod(pod)
+    async def relist(self) -> None:
+        """Fill the store from the API server itself, and forget what is gone.
+
+        Before the first decision, so a pass never sees a half-filled cache;
+        then every few minutes (``loop.run_loop``), so an object whose DELETED
+        event the watch never delivered does not hold its admission or its GPUs
+        until the operator restarts."""
+        prefixes: list[tuple[str, str | None]] = [
+            (f"/namespaces/{ns}", ns) for ns in self.namespaces
+        ] or [("", None)]
+        await self._relist("nodes", "/api/v1/nodes", "", None)
+        for prefix, namespace in prefixes:
+            await self._relist("pods", f"/api/v1{prefix}/pods", names.LABEL_JOB, namespace)
             path = f"/apis/{names.GROUP}/{names.VERSION}{prefix}/{names.PLURAL}"
-            for job in await self.kube.list_items(path):
-                self.store.put_job(job)
+            await self._relist("jobs", path, "", namespace)
         self._primed = True
+
+    async def _relist(self, kind: str, path: str, selector: str, namespace: str | None) -> None:
+        items, version = await self.kube.list_snapshot(path, label_selector=selector)
+        # Watch events handled while the list was in flight are safe either
+        # way: the store keeps the newer version of what both carry, remembers
+        # what was deleted (uids), and forgets only what is older than the list.
+        put = {"nodes": self.store.put_node, "pods": self.store.put_pod, "jobs": self.store.put_job}
+        for item in items:
+            put[kind](item)
+        gone = self.store.forget_unlisted(kind, items, version, namespace)
+        if gone:
+            self.metrics.forgotten.labels(kind=kind).inc(len(gone))
+            log.warning(
+                "relist: %d %s gone from the API server but still in the watch's "
+                "view (a missed deletion), forgotten: %s",
+                len(gone),
+                kind,
+                ", ".join(sorted(gone)[:10]) + (" ..." if len(gone) > 10 else ""),
+            )
 
     def live(self) -> list[RLJob]:
         """Every valid job not finished: the queue and what holds GPUs."""
@@ -171,7 +194,7 @@ class Admitter:
     async def run(self) -> None:
         started = time.perf_counter()
         if not self._primed:
-            await self.prime()
+            await self.relist()
         book = await self.kube.read_ledger(self.ledger_namespace)
         entries = dict(book.entries)
         stale = [k for k, e in entries.items() if await self._stale(k, e)]

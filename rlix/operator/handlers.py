@@ -126,7 +126,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
     async def node_event(event: kopf.RawEvent, **_: Any) -> None:
         body = event["object"]
         if event["type"] == "DELETED":
-            store.drop_node(body["metadata"]["name"])
+            store.drop_node(body["metadata"]["name"], uid=uid_of(body))
         else:
             store.put_node(dict(body))
 

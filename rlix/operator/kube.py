@@ -270,8 +270,18 @@ class Kube:
 
     async def list_items(self, path: str, label_selector: str = "") -> list[dict[str, Any]]:
         """Every object of a list, page by page (a thousand jobs are one big list)."""
+        items, _ = await self.list_snapshot(path, label_selector)
+        return items
+
+    async def list_snapshot(
+        self, path: str, label_selector: str = ""
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object of a list and the resourceVersion it was served at.
+
+        The continue token keeps every page at the first page's version, so the
+        whole list is one consistent view at that version ('' on a 404)."""
         items: list[dict[str, Any]] = []
-        token = ""
+        token = version = ""
         while True:
             query = {"limit": "500"}
             if label_selector:
@@ -280,11 +290,13 @@ class Kube:
                 query["continue"] = token
             found = await self.get(f"{path}?{urllib.parse.urlencode(query)}")
             if found is None:
-                return items
+                return items, version
             items.extend(found.get("items") or [])
-            token = (found.get("metadata") or {}).get("continue") or ""
+            meta = found.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or ""
             if not token:
-                return items
+                return items, version
 
     async def put_webhook_configuration(self, body: Mapping[str, Any]) -> None:
         """Create or replace a ValidatingWebhookConfiguration (ours, by name)."""

@@ -33,8 +33,11 @@ async def run_loop(
     concurrency: int = 64,
     conductor: Conductor | None = None,
     conduct_every_s: float = 1.0,
+    relist_every_s: float = 300.0,
 ) -> None:
     last_admission = last_resync = last_conduct = 0.0
+    # The admitter lists before its first pass; the next relist is one period on.
+    last_relist = time.monotonic()
     gate = asyncio.Semaphore(concurrency)
 
     async def one(key: str) -> None:
@@ -50,6 +53,14 @@ async def run_loop(
             await asyncio.wait_for(store.wakeup.wait(), timeout=0.5)
         store.wakeup.clear()
         now = time.monotonic()
+        if now - last_relist >= relist_every_s:
+            # The resync below revisits what the store holds; only a list can
+            # show what it holds but the API server no longer does.
+            last_relist = now
+            try:
+                await admitter.relist()
+            except Exception:
+                log.exception("relist failed")
         if store.queue_changed or now - last_admission >= admission_every_s:
             store.queue_changed = False
             last_admission = now

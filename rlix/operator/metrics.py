@@ -63,6 +63,12 @@ class Metrics:
             "Time for one admission pass over the whole queue",
             registry=self.registry,
         )
+        self.forgotten = Counter(
+            "rlix_operator_relist_forgotten",
+            "Objects a relist found gone whose deletion the watch never delivered",
+            ["kind"],
+            registry=self.registry,
+        )
 
         # The conductor (docs/conductor.md): what was parked and brought back, why.
         self.suspensions = Counter(

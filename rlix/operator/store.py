@@ -5,13 +5,19 @@ Reconciliation reads this, never the API server, so a pass over a thousand
 jobs costs no requests; writes go through ``rlix.operator.kube``. After a
 restart the initial watch listing refills it, which is all restart safety
 needs: nothing here is the only copy of anything.
+
+A watch that misses a DELETED event (a relist after a watch error reports
+what it finds, not what vanished meanwhile) would leave the object here for
+good: a job that keeps its admission, a pod that keeps its GPUs. So the
+operator lists now and then (``Admitter.relist``) and ``forget_unlisted``
+drops what a consistent list no longer shows.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -47,6 +53,20 @@ def _newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
         return True
 
 
+def _listed_at(body: Mapping[str, Any], list_version: str) -> bool:
+    """Whether a list served at ``list_version`` would show ``body``, were it
+    still there: its version is not newer than the list's. A version that is not
+    an integer says nothing, so the object stays."""
+    try:
+        return int(body["metadata"]["resourceVersion"]) <= int(list_version)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _in_scope(body: Mapping[str, Any], namespace: str | None) -> bool:
+    return namespace is None or (body.get("metadata") or {}).get("namespace") == namespace
+
+
 class Store:
     def __init__(self) -> None:
         self.jobs: dict[str, Body] = {}
@@ -56,7 +76,7 @@ class Store:
         self.queue_changed = True  # capacity or the queue changed: run admission
         self.wakeup = asyncio.Event()
         self._parsed: dict[str, tuple[object, RLJob | None, list[FieldError]]] = {}
-        # uids of deleted jobs and pods, oldest first. A status or annotation
+        # uids of deleted jobs, pods and nodes, oldest first. A status or annotation
         # patch in flight when its object is deleted returns the object as it
         # was; stored after the DELETED event, it would stay for good (no
         # later event removes it): a job that holds its admission and a pod
@@ -169,8 +189,12 @@ class Store:
 
     # -- nodes --------------------------------------------------------------
     def put_node(self, body: Body) -> None:
+        if self.is_gone(body):
+            return  # listed just before the node was deleted
         name = body["metadata"]["name"]
         old = self.nodes.get(name)
+        if not _newer(old, body):
+            return
         self.nodes[name] = body
         log_gpu_mode(old, body)
         # Node heartbeats arrive every few seconds; only a change in what the
@@ -185,7 +209,53 @@ class Store:
         node = node_offer(body) if body is not None else None
         return node is not None and node.claims
 
-    def drop_node(self, name: str) -> None:
+    def drop_node(self, name: str, uid: str = "") -> None:
+        self._bury(uid)
         self.nodes.pop(name, None)
         self.queue_changed = True
         self.wakeup.set()
+
+    # -- relists ------------------------------------------------------------
+    def forget_unlisted(
+        self,
+        kind: str,
+        listed: Iterable[Mapping[str, Any]],
+        list_version: str,
+        namespace: str | None = None,
+    ) -> list[str]:
+        """Drop the ``kind`` ("jobs", "pods" or "nodes") objects of ``namespace``
+        (None: every namespace) that a list served at ``list_version`` does not
+        show, and return them ("namespace/name"; a node's name). An object newer
+        than the list (created, or changed, after it was served) stays: the list
+        cannot know it. One the list shows stays too, even under another uid (a
+        re-created job; the put that follows the list replaces it)."""
+        seen = {(b["metadata"].get("namespace", ""), b["metadata"]["name"]) for b in listed}
+        dropped: list[str] = []
+
+        def unlisted(body: Mapping[str, Any]) -> bool:
+            meta = body.get("metadata") or {}
+            return (
+                _in_scope(body, namespace)
+                and (meta.get("namespace", ""), meta.get("name", "")) not in seen
+                and _listed_at(body, list_version)
+            )
+
+        if kind == "jobs":
+            for key, body in list(self.jobs.items()):
+                if unlisted(body):
+                    self.drop_job(key, uid=uid_of(body))
+                    dropped.append(key)
+        elif kind == "pods":
+            for body in list(self.all_pods()):
+                if unlisted(body):
+                    self.drop_pod(body)
+                    meta = body["metadata"]
+                    dropped.append(f"{meta.get('namespace', 'default')}/{meta['name']}")
+        elif kind == "nodes":
+            for name, body in list(self.nodes.items()):
+                if unlisted(body):
+                    self.drop_node(name, uid=uid_of(body))
+                    dropped.append(name)
+        else:
+            raise ValueError(f"unknown kind {kind!r}: jobs, pods or nodes")
+        return dropped

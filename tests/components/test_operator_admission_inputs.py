@@ -260,5 +260,7 @@ def test_node_heartbeats_do_not_trigger_admission() -> None:
     beat["metadata"]["resourceVersion"] = "2"
     store.put_node(beat)
     assert not store.queue_changed
-    store.put_node(node("n0", gpus=4))
+    resized = node("n0", gpus=4)
+    resized["metadata"]["resourceVersion"] = "3"
+    store.put_node(resized)
     assert store.queue_changed
