@@ -12,37 +12,14 @@ deleted with kubectl and only the relist can tell.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from typing import Any
 
 from e2e._operator_process import CRD
 from e2e.kube import apply, pod, rljob_manifest, trainer_role
+from e2e.test_admission_ledger import admitter
 from rlix.core import names
 from rlix.operator.admitting import Admitter
 from rlix.operator.kube import Kube, api_client
-from rlix.operator.metrics import Metrics
-from rlix.operator.queueing import RLixAdmission
-from rlix.operator.recording import Recorder
-from rlix.operator.store import Store
-
-
-def admitter(kubeconfig: str, namespace: str) -> Admitter:
-    store = Store()
-
-    def clock() -> datetime:
-        return datetime.now(UTC)
-
-    kube = Kube(api_client(kubeconfig))
-    return Admitter(
-        store,
-        Recorder(store, kube, clock),
-        RLixAdmission(),
-        Metrics(),
-        clock,
-        kube,
-        ledger_namespace=namespace,
-        namespaces=(namespace,),
-    )
 
 
 def role_pod(name: str, job: str) -> dict[str, Any]:
@@ -70,7 +47,7 @@ def test_a_relist_forgets_the_jobs_and_pods_deleted_behind_the_watchs_back(
         role_pod("kept-policy-0", "kept"),
         role_pod("vanished-policy-0", "vanished"),
     )
-    admit = admitter(str(cluster.kubeconfig), namespace)
+    admit = admitter(Kube(api_client(str(cluster.kubeconfig))), namespace)
     store = admit.store
     try:
         asyncio.run(admit.relist())

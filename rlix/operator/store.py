@@ -228,7 +228,7 @@ class Store:
         show, and return them ("namespace/name"; a node's name). An object newer
         than the list (created, or changed, after it was served) stays: the list
         cannot know it. One the list shows stays too, even under another uid (a
-        re-created job; the put that follows the list replaces it)."""
+        re-created job; ``Admitter.relist`` puts the listed version first)."""
         seen = {(b["metadata"].get("namespace", ""), b["metadata"]["name"]) for b in listed}
         dropped: list[str] = []
 
