@@ -21,8 +21,12 @@ Then it lets the cluster drain and checks the invariants:
   resume the agent refused for a mismatch;
 * no park file left in any agent's park dir, and no suspension record left in
   any agent's state dir (a pod nobody resumed);
-* no GPU over-promised: at every sample, the gangs of admitted jobs plus the
-  GPUs of the live pods of running jobs fit the cluster.
+* no GPU's claims above its published memory: at every sample, the peak-phase
+  memory of the live pods plus the admission ledger's placements of pods not
+  created yet fits each GPU's published memory (what each pod's DRA claim
+  asks). Reported beside it: GPUs whose running pods exceed physical memory
+  in their current phases until the conductor parks one, and whole GPUs held
+  (RLix shares GPUs, so those may exceed the GPUs).
 
 Writes bench/results/chaos.md (and .json) with the counts and this command;
 exits 1 when an invariant is broken. Not part of `make test`: it takes minutes.
@@ -41,10 +45,11 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlix.core import names
 from rlix.core.policy.placement.loads import node_load
+from rlix.core.snapshot import Workload
 from rlix.core.validation import parse
 from rlix.demo.components import Components
 from rlix.demo.pods import PodRuntime
@@ -53,6 +58,7 @@ from rlix.demo.workload import COLOCATED, ROLL, TRAIN, DemoJob, DemoRole
 from rlix.devcluster.processes import Component
 from rlix.operator.pods import planned_workloads
 from rlix.operator.snapshots import build_snapshot
+from rlix.views.kube import Kube
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Suspend refusals after which nothing can have parked.
@@ -83,6 +89,82 @@ def chaos_jobs(count: int, rng: random.Random) -> list[DemoJob]:
     return jobs
 
 
+def ledger_planned(
+    rljobs: list[dict[str, Any]], pods: list[dict[str, Any]], ledger: dict[str, Any]
+) -> list[Workload]:
+    """The admission ledger's placements of admitted pods not created yet.
+
+    Only jobs the view shows Admitted or Running: the ledger is read after the
+    view, and a job admitted since may hold GPUs that the view's finished pods
+    still show as held.
+    """
+    live = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods}
+    planned = []
+    for job in rljobs:
+        meta = job["metadata"]
+        if (job.get("status") or {}).get("state") not in ("Admitted", "Running"):
+            continue
+        entry = ledger.get(f"{meta['namespace']}/{meta['name']}")
+        if entry is None:
+            continue
+        typed, _ = parse({k: v for k, v in job.items() if k != "status"})
+        if typed is None:
+            continue
+        for w in planned_workloads(typed):
+            place = entry["pods"].get(w.name)
+            if place is not None and w.name not in live:
+                planned.append(replace(w, node=place[0], gpu_indices=tuple(place[1])))
+    return planned
+
+
+class Overflow(NamedTuple):
+    gpu: str  # node/index
+    detail: str
+    pods: frozenset[str]  # who put it over, namespace/name
+
+
+def memory_over(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], planned: list[Workload]
+) -> tuple[list[Overflow], list[Overflow]]:
+    """GPUs promised more memory than they publish; GPUs running more than they have.
+
+    The first is the promise RLix makes and kube-scheduler's DRA allocator
+    enforces: each pod's claim asks its peak-phase memory on each of its GPUs,
+    and a GPU's claims fit its published memory (physical x the overcommit),
+    planned pods (the admission ledger's, not created yet) counted too.
+
+    The second is what the conductor keeps by acting (docs/conductor.md, rule
+    3): the running pods' memory in their current phases within the GPU's
+    physical memory. A co-resident entering a larger phase puts a GPU over
+    until the conductor parks someone (PhaseOverflow), so it is reported, not
+    judged. Pods with no phase yet hold nothing yet and are left out of it.
+    """
+    snapshot = build_snapshot(nodes, pods, planned)
+    claims: list[Overflow] = []
+    running: list[Overflow] = []
+    for name, node in snapshot.nodes.items():
+        for g in node_load(node, snapshot.on_node(name)).gpus:
+            if not g.capacity_mib:
+                continue
+            gpu = f"{name}/{g.index}"
+            published = g.capacity_mib + g.headroom_mib
+            peaks = [(w, w.peak_memory_mib or published) for w in g.residents]
+            if sum(m for _, m in peaks) > published:
+                who = ", ".join(f"{w.name}:{m}" for w, m in peaks)
+                detail = f"claims {sum(m for _, m in peaks)} of {published} MiB ({who})"
+                claims.append(Overflow(gpu, detail, frozenset(w.name for w, _ in peaks)))
+            now = [
+                (w, w.memory_in(w.phase))
+                for w in g.residents
+                if not w.suspended and w.phase is not None
+            ]
+            if sum(m for _, m in now) > g.capacity_mib:
+                who = ", ".join(f"{w.name}:{w.phase}:{m}" for w, m in now)
+                detail = f"running {sum(m for _, m in now)} of {g.capacity_mib} MiB ({who})"
+                running.append(Overflow(gpu, detail, frozenset(w.name for w, _ in now)))
+    return claims, running
+
+
 @dataclass
 class Tallies:
     kills: Counter[str] = field(default_factory=Counter)
@@ -95,20 +177,34 @@ class Tallies:
     resumes_refused: Counter[str] = field(default_factory=Counter)
     in_flight_at_kill: int = 0
     uids_by_pod: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    max_promised: int = 0
-    over_promised_samples: int = 0
     samples: int = 0
     # Samples whose job list and pod list disagree: a job's state changed
-    # between the two job lists taken around the pod list.
+    # between the two job lists taken around the pod list. Not judged.
     torn_samples: int = 0
-    torn_over_promised: int = 0
-    first_torn_over_promise: dict[str, Any] = field(default_factory=dict)
     gone_while_suspended: int = 0
-    first_over_promise: dict[str, Any] = field(default_factory=dict)
-    # Untorn samples over by GPU count in which some GPU is also promised more
-    # memory than it has (RLix time-shares a GPU when the memory fits).
+    # Whole GPUs held or promised, for the report: above the GPUs whenever
+    # jobs share (RLix shares a GPU when the memory fits).
+    max_promised: int = 0
+    over_gpu_count_samples: int = 0
+    first_over_gpu_count: dict[str, Any] = field(default_factory=dict)
+    # The invariant: untorn samples in which some GPU's claims exceed its
+    # published memory; and samples not judged because the ledger was unreadable.
     memory_over_promised: int = 0
-    first_memory_over_promise: list[str] = field(default_factory=list)
+    first_memory_over_promise: dict[str, Any] = field(default_factory=dict)
+    memory_unjudged: int = 0
+    # Reported: untorn samples in which some GPU's running pods are over its
+    # physical memory in their current phases, until the conductor parks one;
+    # the longest any GPU stayed so (consecutive judged samples).
+    running_over: int = 0
+    first_running_over: dict[str, Any] = field(default_factory=dict)
+    running_streaks: Counter[str] = field(default_factory=Counter)
+    longest_running_over: int = 0
+    # Pods this harness suspended through `rlix agent suspend`, which bypasses
+    # the conductor: while one is parked the conductor may give its memory to
+    # another pod, and the harness's resume (no policy behind it either) then
+    # puts both on the GPU. Samples with such an overflow only are counted apart.
+    bypassed: set[str] = field(default_factory=set)
+    running_over_bypass_only: int = 0
     last_refusals: list[str] = field(default_factory=list)
 
 
@@ -126,7 +222,12 @@ class Chaos(Demo):
         self.workdir: Path | None = None
 
     # -- the loop -----------------------------------------------------------------
-    def _watch(self, kube: Any, runtime: PodRuntime, components: Components) -> None:
+    def _watch(
+        self, kube: Kube, runtime: PodRuntime, components: Components, *, baseline: bool = False
+    ) -> None:
+        # The demo's loop (Demo._watch) with kills, suspensions and invariant
+        # checks between its steps; mypy (make lint) holds the two to one signature.
+        assert not baseline, "a chaos run is an RLix run"
         self.workdir = runtime.workdir
         self.capacity = sum(runtime.gpus_per_node.values())
         by_name = {c.name: c for c in components.started}
@@ -154,24 +255,10 @@ class Chaos(Demo):
             if chaos_on and now >= next_suspend:
                 self._suspend_one(runtime)
                 next_suspend = now + self.rng.uniform(*self.args.suspend_every)
-            try:
-                view = kube.view(self.namespace)
-            except Exception as exc:  # the API server itself is not killed; be patient
-                self.log(f"  (listing failed: {exc})")
+            states = self._step(kube, runtime)
+            if states is None:
                 time.sleep(1)
                 continue
-            self._step_pods(kube, runtime, view.pods)
-            if not self._sample(kube, view):
-                time.sleep(1)
-                continue
-            states = {
-                j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
-                for j in view.rljobs
-            }
-            elapsed = now - self.tally.started
-            for name, state in states.items():
-                if state in FINISHED and name not in self.tally.finished_at:
-                    self.tally.finished_at[name] = elapsed
             if now - last_print >= 5.0:
                 last_print = now
                 counts = Counter(states.values())
@@ -187,9 +274,38 @@ class Chaos(Demo):
                 and all(s in FINISHED for s in states.values())
                 and not self.in_flight
             ):
+                self.record.close(time.time())
                 return
             time.sleep(0.5)
         raise RuntimeError(f"chaos run did not drain within {self.o.timeout_s:.0f}s")
+
+    def _step(self, kube: Kube, runtime: PodRuntime) -> dict[str, str] | None:
+        """One step of the demo's loop, invariants checked; each job's state.
+
+        None when a listing failed (the API server is not killed, but may be slow).
+        """
+        self._submit_due()
+        try:
+            view = kube.view(self.namespace)
+            claims = kube.resource_claims(self.namespace)
+        except Exception as exc:
+            self.log(f"  (listing failed: {exc})")
+            return None
+        self.record.observe(view.pods, claims, time.time())
+        self._step_pods(kube, runtime, view.pods, baseline=False)
+        self._sample(view)
+        if not self._check_sample(kube, view):
+            return None
+        states = {
+            j["metadata"]["name"]: (j.get("status") or {}).get("state") or "Pending"
+            for j in view.rljobs
+        }
+        elapsed = time.monotonic() - self.tally.started
+        for name, state in states.items():
+            if state in FINISHED and name not in self.tally.finished_at:
+                self.tally.finished_at[name] = elapsed
+                self.record.finished(name, state, time.time())
+        return states
 
     def _kill(self, c: Component) -> None:
         with self.lock:
@@ -209,6 +325,7 @@ class Chaos(Demo):
                 return
             pod = self.rng.choice(candidates)
             self.in_flight[pod.uid] = pod.node
+            self.t.bypassed.add(f"{pod.namespace}/{pod.name}")
         hold = self.rng.uniform(1, 5)
         thread = threading.Thread(
             target=self._suspend_resume, args=(runtime, pod, hold), daemon=True
@@ -302,61 +419,61 @@ class Chaos(Demo):
         self.t.resumes_refused["agent down for 30 tries"] += 1
 
     # -- invariants -------------------------------------------------------------------
-    def _sample(self, kube: Any, view: Any) -> bool:
+    def _check_sample(self, kube: Kube, view: Any) -> bool:
         """Check the invariants on one view; False when the second job list failed."""
         try:
             after = kube.rljobs(self.namespace)
         except Exception as exc:  # the API server itself is not killed; be patient
             self.log(f"  (listing failed: {exc})")
             return False
-        before = self.t.over_promised_samples
-        self._check(view, after)
-        if self.t.over_promised_samples > before:
-            over = self._memory_over(kube, view)
-            if over:
-                self.t.memory_over_promised += 1
-                self.t.first_memory_over_promise = self.t.first_memory_over_promise or over
-        if self.t.first_over_promise and "gpu_residents" not in self.t.first_over_promise:
-            self.t.first_over_promise["gpu_residents"] = self._gpu_residents(kube, view)
+        if not self._check(view, after):
+            return True  # torn: no single moment had this view
+        over = self._memory_over(kube, view)
+        if over is None:
+            self.t.memory_unjudged += 1
+            return True
+        claims, running = over
+        if claims:
+            self.t.memory_over_promised += 1
+            if not self.t.first_memory_over_promise:
+                self.t.first_memory_over_promise = {
+                    "over": [f"{o.gpu}: {o.detail}" for o in claims],
+                    "gpu_residents": self._gpu_residents(kube, view),
+                }
+        with self.lock:
+            bypassed = set(self.t.bypassed)
+        streaks = self.t.running_streaks
+        self.t.running_streaks = Counter({o.gpu: streaks[o.gpu] + 1 for o in running})
+        self.t.longest_running_over = max(
+            [self.t.longest_running_over, *self.t.running_streaks.values()]
+        )
+        if running and all(o.pods & bypassed for o in running):
+            self.t.running_over_bypass_only += 1
+        elif running:
+            self.t.running_over += 1
+            if not self.t.first_running_over:
+                self.t.first_running_over = {
+                    "over": [f"{o.gpu}: {o.detail}" for o in running],
+                    "gpu_residents": self._gpu_residents(kube, view),
+                }
+        if self.t.first_over_gpu_count and "gpu_residents" not in self.t.first_over_gpu_count:
+            self.t.first_over_gpu_count["gpu_residents"] = self._gpu_residents(kube, view)
         return True
 
-    def _memory_over(self, kube: Any, view: Any) -> list[str]:
-        """GPUs promised more memory than they have, by the core's own accounting.
-
-        Live pods, plus the ledger's placements of admitted pods not created
-        yet, each owing per GPU what ``node_load`` charges it.
-        """
+    def _memory_over(self, kube: Kube, view: Any) -> tuple[list[Overflow], list[Overflow]] | None:
+        """``memory_over`` for a view and the admission ledger read after it; None
+        when the ledger could not be read."""
         try:
             cm = kube._raw(
                 kube._core.read_namespaced_config_map, "rlix-admission-ledger", "default"
             )
             ledger = json.loads((cm.get("data") or {}).get("admitted.json") or "{}")
-        except Exception as exc:  # diagnostics only
-            return [f"ledger unreadable: {exc}"]
-        live = {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in view.pods}
-        planned = []
-        for job in view.rljobs:
-            meta = job["metadata"]
-            entry = ledger.get(f"{meta['namespace']}/{meta['name']}")
-            typed, _ = parse({k: v for k, v in job.items() if k != "status"})
-            if entry is None or typed is None:
-                continue
-            for w in planned_workloads(typed):
-                place = entry["pods"].get(w.name)
-                if place is not None and w.name not in live:
-                    planned.append(replace(w, node=place[0], gpu_indices=tuple(place[1])))
-        snapshot = build_snapshot(view.nodes, view.pods, planned)
-        over = []
-        for name, node in snapshot.nodes.items():
-            for g in node_load(node, snapshot.on_node(name)).gpus:
-                if g.capacity_mib and sum(g.debts) > g.capacity_mib:
-                    who = ", ".join(
-                        f"{w.name}:{d}" for w, d in zip(g.residents, g.debts, strict=True)
-                    )
-                    over.append(f"{name}/{g.index}: {sum(g.debts)} > {g.capacity_mib} MiB ({who})")
-        return over
+        except Exception as exc:  # the API server is not killed, but may be slow
+            self.log(f"  (ledger unreadable: {exc})")
+            return None
+        return memory_over(view.nodes, view.pods, ledger_planned(view.rljobs, view.pods, ledger))
 
-    def _gpu_residents(self, kube: Any, view: Any) -> dict[str, list[str]]:
+    def _gpu_residents(self, kube: Kube, view: Any) -> dict[str, list[str]]:
         """Who holds each GPU: bound pods by their GPU indices, admitted pods by the ledger.
 
         Shows whether an over-promise by GPU count is RLix sharing GPUs by
@@ -393,22 +510,23 @@ class Chaos(Demo):
                         out[f"{node}/{index}"].append(f"{pod.split('/', 1)[1]}[planned]")
         return dict(sorted(out.items()))
 
-    def _check(self, view: Any, after: list[dict[str, Any]]) -> None:
-        """Check one sample: jobs listed, then pods, then jobs again.
+    def _check(self, view: Any, after: list[dict[str, Any]]) -> bool:
+        """Tally one sample (jobs listed, then pods, then jobs again); False when torn.
 
-        The two lists are not one snapshot: a job admitted (and its pods
-        started) between them would show as ``Queued`` with running pods, and
-        a finished job's freed GPUs as still promised. So the jobs are listed
-        again after the pods; a sample in which any job's state differs
-        between the two job lists is torn (no single moment had it) and is
-        counted apart, never as an over-promise.
+        The two job lists are not one snapshot with the pods: a job admitted
+        (and its pods started) between them would show as ``Queued`` with
+        running pods, and a finished job's freed GPUs as still held. A sample
+        in which any job's state differs between the two job lists is torn (no
+        single moment had it): it is counted apart and not judged.
+
+        Whole GPUs held or promised (the gangs of admitted jobs, the GPU limits
+        of live pods) are counted for the report only: RLix shares GPUs by
+        memory, so their sum exceeds the GPUs whenever jobs share. What is
+        judged is memory, per GPU (``_memory_over``).
         """
         for pod in view.pods:
             meta = pod["metadata"]
             self.t.uids_by_pod[meta["name"]].add(meta["uid"])
-        # What is promised: the whole gang of a job admitted but not yet running,
-        # and the GPUs of the live pods of every other job (a running job's
-        # finished pods hold nothing).
         promised = 0
         state = {j["metadata"]["name"]: (j.get("status") or {}).get("state") for j in view.rljobs}
         for job in view.rljobs:
@@ -432,33 +550,18 @@ class Chaos(Demo):
             )
         self.t.samples += 1
         later = {j["metadata"]["name"]: (j.get("status") or {}).get("state") for j in after}
-        torn = sorted(n for n in state.keys() | later.keys() if state.get(n) != later.get(n))
-        if torn:
+        if any(state.get(n) != later.get(n) for n in state.keys() | later.keys()):
             self.t.torn_samples += 1
-            if promised > self.capacity:
-                self.t.torn_over_promised += 1
-                if not self.t.first_torn_over_promise:
-                    self.t.first_torn_over_promise = {
-                        "promised": promised,
-                        "changed_between_lists": {n: [state.get(n), later.get(n)] for n in torn},
-                    }
-            return
+            return False
         self.t.max_promised = max(self.t.max_promised, promised)
         if promised > self.capacity:
-            self.t.over_promised_samples += 1
-            if not self.t.first_over_promise:
-                self.t.first_over_promise = {
+            self.t.over_gpu_count_samples += 1
+            if not self.t.first_over_gpu_count:
+                self.t.first_over_gpu_count = {
                     "promised": promised,
                     "admitted": sorted(n for n, st in state.items() if st == "Admitted"),
-                    "live_pods": sorted(
-                        f"{p['metadata']['name']}@{p['spec'].get('nodeName', '-')}:"
-                        f"{(p.get('status') or {}).get('phase')}"
-                        for p in view.pods
-                        if not p["metadata"].get("deletionTimestamp")
-                        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                    ),
-                    "states": {n: st for n, st in state.items() if st not in ("Succeeded",)},
                 }
+        return True
 
     def _records_left(self, *, deadline: float) -> list[str]:
         assert self.workdir is not None
@@ -471,7 +574,7 @@ class Chaos(Demo):
                 return records
             time.sleep(0.5)
 
-    def verdict(self, kube: Any) -> dict[str, Any]:
+    def verdict(self, kube: Kube) -> dict[str, Any]:
         jobs = kube.rljobs(self.namespace)
         states = Counter((j.get("status") or {}).get("state") or "Pending" for j in jobs)
         twice = sorted(n for n, uids in self.t.uids_by_pod.items() if len(uids) > 1)
@@ -500,7 +603,7 @@ class Chaos(Demo):
             and not any("mismatch" in r for r in self.t.resumes_refused),
             "no park file left": not leftovers,
             "no suspension record left": not records,
-            "no GPU over-promised": self.t.over_promised_samples == 0,
+            "no GPU's claims above its published memory": self.t.memory_over_promised == 0,
         }
         return {
             "jobs": len(self.jobs),
@@ -519,19 +622,23 @@ class Chaos(Demo):
             "restore_mismatches_in_logs": mismatches,
             "gpus": self.capacity,
             "max_gpus_promised": self.t.max_promised,
-            "samples_over_promised": self.t.over_promised_samples,
+            "samples_over_gpu_count": self.t.over_gpu_count_samples,
             "samples": self.t.samples,
             "samples_torn": self.t.torn_samples,
             "samples_over_promised_by_memory": self.t.memory_over_promised,
+            "samples_unjudged_ledger_unreadable": self.t.memory_unjudged,
             "first_memory_over_promise": self.t.first_memory_over_promise,
-            "samples_torn_over_promised": self.t.torn_over_promised,
-            "first_over_promise": self.t.first_over_promise,
-            "first_torn_over_promise": self.t.first_torn_over_promise,
+            "samples_running_over_physical": self.t.running_over,
+            "longest_running_over_samples": self.t.longest_running_over,
+            "first_running_over": self.t.first_running_over,
+            "pods_suspended_bypassing_the_conductor": len(self.t.bypassed),
+            "samples_running_over_only_with_a_bypassed_pod": self.t.running_over_bypass_only,
+            "first_over_gpu_count": self.t.first_over_gpu_count,
             "last_refusals": self.t.last_refusals[-20:],
             "checks": checks,
         }
 
-    def _summary(self, kube: Any) -> dict[str, Any]:
+    def _summary(self, kube: Kube) -> dict[str, Any]:
         for thread in self.threads:
             thread.join(timeout=90)
         return {"demo": super()._summary(kube), "chaos": self.verdict(kube)}
@@ -579,13 +686,23 @@ def report(result: dict[str, Any], argv: list[str]) -> str:
         f"{c['pods_deleted_while_suspended']} |",
         f"| suspensions in flight when their agent was killed | "
         f"{c['suspensions_in_flight_at_agent_kill']} |",
-        f"| GPUs / most ever promised | {c['gpus']} / {c['max_gpus_promised']} |",
-        f"| samples: all / over-promised (not torn) / torn (job state changed between the "
-        f"job lists around the pod list; not judged) / torn over-promised | "
-        f"{c['samples']} / {c['samples_over_promised']} / {c['samples_torn']} / "
-        f"{c['samples_torn_over_promised']} |",
-        f"| of those over-promised, samples with a GPU promised more memory than it has | "
-        f"{c['samples_over_promised_by_memory']} |",
+        f"| GPUs / most ever held or promised, counted as whole GPUs (above the GPUs when "
+        f"jobs share) | {c['gpus']} / {c['max_gpus_promised']} |",
+        f"| samples: all / torn (a job's state changed between the job lists around the pod "
+        f"list; not judged) / ledger unreadable (not judged) | {c['samples']} / "
+        f"{c['samples_torn']} / {c['samples_unjudged_ledger_unreadable']} |",
+        f"| judged samples with whole GPUs held or promised above the GPUs (sharing) | "
+        f"{c['samples_over_gpu_count']} |",
+        f"| judged samples with a GPU's claims (each pod's peak-phase memory, planned pods "
+        f"too) above its published memory | {c['samples_over_promised_by_memory']} |",
+        f"| judged samples with a GPU's running pods above its physical memory in their "
+        f"current phases, until the conductor parks one (reported, not judged) / the "
+        f"longest a GPU stayed so, in consecutive judged samples | "
+        f"{c['samples_running_over_physical']} / {c['longest_running_over_samples']} |",
+        f"| pods this run suspended through `rlix agent` (bypassing the conductor) / judged "
+        f"samples running over only on GPUs holding one of them (not counted above) | "
+        f"{c['pods_suspended_bypassing_the_conductor']} / "
+        f"{c['samples_running_over_only_with_a_bypassed_pod']} |",
         f"| wall time | {result['demo']['wall_s']} s |",
         "",
         "| invariant | held |",
@@ -602,15 +719,27 @@ def report(result: dict[str, Any], argv: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--jobs", type=int, default=300)
-    ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--kill-window", type=float, default=180, help="seconds of chaos")
+    ap.add_argument("--jobs", type=int, default=300, help="RLJobs to submit (default: %(default)s)")
+    ap.add_argument("--nodes", type=int, default=4, help="kwok GPU nodes (default: %(default)s)")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs per node (default: %(default)s)")
     ap.add_argument(
-        "--kill-every", type=float, nargs=2, default=(4.0, 10.0), help="seconds between kills"
+        "--kill-window", type=float, default=180, help="seconds of chaos (default: %(default)s)"
     )
     ap.add_argument(
-        "--suspend-every", type=float, nargs=2, default=(1.0, 3.0), help="seconds between suspends"
+        "--kill-every",
+        type=float,
+        nargs=2,
+        default=(4.0, 10.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between kills, drawn uniformly (default: 4 10)",
+    )
+    ap.add_argument(
+        "--suspend-every",
+        type=float,
+        nargs=2,
+        default=(1.0, 3.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between suspensions, drawn uniformly (default: 1 3)",
     )
     ap.add_argument(
         "--target",
@@ -618,9 +747,24 @@ def main(argv: list[str] | None = None) -> int:
         help="where suspended memory goes: self (the pod's pinned pool; the demo trainers "
         "register plain buffers, which only `self` parks), host or gpu:<i>",
     )
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--timeout", type=float, default=1800)
-    ap.add_argument("--out", type=Path, default=RESULTS / "chaos.md")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="the job mix and the kill/suspend times (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds to wait for every job to finish before judging (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "chaos.md",
+        help="the Markdown report; a .json beside it (default: bench/results/chaos.md)",
+    )
     ap.add_argument(
         "--cluster-name",
         default="rlix-chaos",

@@ -94,6 +94,7 @@ def run_grpo(
     # CPU: safetensors weights are mmapped and cannot be parked; every mode gets
     # the same ordinary memory, so the comparison is fair.
     for m in (trainer.model, trainer.ref_model):
+        assert m is not None, "beta > 0: the trainer keeps a reference model"
         for p in m.parameters():
             p.data = p.data.clone()
     if mode != "plain":

@@ -157,8 +157,9 @@ def run(args: argparse.Namespace) -> str:
         cluster.kubectl("create", "namespace", NAMESPACE)
         operator = OperatorProcess(cluster, workdir)
         operator.start()
-        assert operator.proc is not None
-        idle = memory_kib(operator.proc.pid)
+        assert operator.component is not None and operator.component.proc is not None
+        pid = operator.component.proc.pid
+        idle = memory_kib(pid)
         manifest = workdir / "jobs.yaml"
         manifest.write_text(yaml.safe_dump_all([rljob(i) for i in range(args.jobs)]))
 
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> str:
             time.sleep(0.5)
         if admitted_s is None or pods_s is None:
             raise RuntimeError(f"not all admitted after {args.timeout}s:\n{operator.tail()}")
-        loaded = memory_kib(operator.proc.pid)
+        loaded = memory_kib(pid)
         latencies = end_to_end(cluster, args.samples)
         metrics = operator.metrics()
         r50, r99, reconciles = histogram_quantiles(metrics, "rlix_operator_reconcile_seconds")

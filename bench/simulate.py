@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,10 @@ def _open(f: Callable[[SimResult], float]) -> Callable[[Runs, str], list[float]]
 
 def _closed(f: Callable[[SimResult], float]) -> Callable[[Runs, str], list[float]]:
     return lambda runs, name: [f(r) for r in runs.closed[name]]
+
+
+def _category_pct(category: str, r: SimResult) -> float:
+    return 100 * r.categories()[category]
 
 
 def _class_row(priority: int, index: int, label: str) -> Row:
@@ -147,7 +152,7 @@ def rows_for(runs: Runs) -> list[Row]:
             Row(
                 f"GPU time: {category} %, open",
                 "lower" if category != "useful" else "higher",
-                _open(lambda r, c=category: 100 * r.categories()[c]),
+                _open(partial(_category_pct, category)),
                 None,
                 "{:.1f}",
             )
