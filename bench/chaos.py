@@ -443,7 +443,9 @@ class Chaos(Demo):
         with self.lock:
             bypassed = set(self.t.bypassed)
         streaks = self.t.running_streaks
-        self.t.running_streaks = Counter({o.gpu: streaks[o.gpu] + 1 for o in running})
+        self.t.running_streaks = Counter(
+            {o.gpu: streaks[o.gpu] + 1 for o in running if not o.pods & bypassed}
+        )
         self.t.longest_running_over = max(
             [self.t.longest_running_over, *self.t.running_streaks.values()]
         )

@@ -166,3 +166,18 @@ def test_namespaces_and_output_formats_as_kubectl(
     wide = _rlix(cluster, "top", "--once", "-o", "wide", kubeconfig=here)
     assert wide.returncode == 0, wide.stderr
     assert "PARKED" in wide.stdout and " grpo " in wide.stdout
+
+
+def test_the_views_pod_patches_say_when_the_pod_is_gone(cluster: Any, namespace: str) -> None:
+    """The demo patches pods it listed a moment ago; one deleted since is gone,
+    not an error (a chaos run stopped on that 404)."""
+    from rlix.views.kube import Kube
+
+    apply(cluster, namespace, pod("p"))
+    kube = Kube(str(cluster.kubeconfig))
+    note = {"metadata": {"annotations": {names.ANNOTATION_GPU_INDICES: "0"}}}
+    assert kube.patch_pod(namespace, "p", note)
+    assert kube.patch_pod_status(namespace, "p", {"status": {"phase": "Running"}})
+    cluster.kubectl("delete", "pod", "p", "-n", namespace, "--wait=true", "--grace-period=0")
+    assert not kube.patch_pod(namespace, "p", note)
+    assert not kube.patch_pod_status(namespace, "p", {"status": {"phase": "Succeeded"}})

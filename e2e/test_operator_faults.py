@@ -155,6 +155,34 @@ def test_finished_job_left_with_running_pods_is_cleaned_up_after_a_restart(
     wait_for("no live pod of the finished job", lambda: not live() or None)
 
 
+def test_a_job_whose_trainer_finished_gets_no_pod_again_after_a_restart(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    rollout = {"name": "rollout", "kind": "rollout", "replicas": 2, "gpusPerReplica": 1}
+    rollout |= {"image": "example.com/vllm:1", "gpuMemoryMiB": {"rollout": 10000}}
+    apply(cluster, namespace, rljob("half", trainer(), rollout))
+    wait_for("Running", lambda: state(cluster, namespace, "half") == "Running")
+    # What a crash between "delete the pods" and "mark Succeeded" leaves (a
+    # chaos run's operator, SIGKILLed there, started both rollouts again).
+    operator.kill()
+    cluster.kubectl(
+        "patch", "pod", "half-policy-0", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}',
+    )  # fmt: skip
+    cluster.kubectl("delete", "pod", "half-rollout-0", "half-rollout-1", "-n", namespace)
+    operator.start()
+    wait_for("Succeeded", lambda: state(cluster, namespace, "half") == "Succeeded")
+    created = [
+        line
+        for line in operator.metrics().splitlines()
+        if line.startswith("rlix_operator_pods_created_total ")
+    ]
+    assert created == ["rlix_operator_pods_created_total 0.0"]
+    assert [p["metadata"]["name"] for p in job_pods(cluster, namespace, "half")] == [
+        "half-policy-0"
+    ]
+
+
 def test_restart_does_not_forget_an_admission_whose_pods_do_not_exist(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:

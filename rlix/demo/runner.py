@@ -437,6 +437,8 @@ class Demo:
         if gpus:
             value = ",".join(map(str, gpus))
             body = {"metadata": {"annotations": {names.ANNOTATION_GPU_INDICES: value}}}
+            # False: deleted since it was listed (its job done or re-planned);
+            # the next step releases its GPUs.
             kube.patch_pod(meta["namespace"], meta["name"], body)
 
     def _sample(self, view: Any) -> None:

@@ -151,20 +151,24 @@ class Reconciler:
             return
         if wait is not None:
             self._recheck[job.key] = time.monotonic() + wait
-        refusal = await self._prerequisites.ensure(job)
-        if refusal is None:
-            refusal = await self._create_missing(job, desired, pods)
+        views = [PodView.of(b) for b in pods.values()]
+        trainers = [v for v in views if _is_trainer(job, v.role)]
+        finished = bool(trainers) and all(v.pod_phase == "Succeeded" for v in trainers)
+        refusal = None
+        # A finished job's missing pods are not created again: finishing deletes
+        # them before it writes Succeeded (below), and after a crash in between
+        # a restart would otherwise start its rollouts a second time.
+        if not finished:
+            refusal = await self._prerequisites.ensure(job)
+            if refusal is None:
+                refusal = await self._create_missing(job, desired, pods)
         if refusal is not None and refusal.permanent:
             # An invalid template, pod or Service name: no retry can fix it, so
             # the job fails and what admission reserved for it is released.
             await self._fail(job, restarts, refusal.reason, refusal.message)
             return
-        views = [PodView.of(b) for b in pods.values()]
         new = observe(status, job.spec, views, now)
-        state = running_state(len(desired), views)
-        trainers = [v for v in views if _is_trainer(job, v.role)]
-        if trainers and all(v.pod_phase == "Succeeded" for v in trainers):
-            state = JobState.SUCCEEDED
+        state = JobState.SUCCEEDED if finished else running_state(len(desired), views)
         new = new.model_copy(
             update={
                 "state": state,

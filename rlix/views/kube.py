@@ -65,11 +65,25 @@ class Kube:
         g, v, p = names.GROUP, names.VERSION, names.PLURAL
         self._custom.patch_namespaced_custom_object(g, v, namespace, p, name, body)
 
-    def patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self._core.patch_namespaced_pod(name, namespace, body)
+    def patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        """Merge-patch a pod; False when it is gone (deleted since it was listed)."""
+        return self._if_found(self._core.patch_namespaced_pod, name, namespace, body)
 
-    def patch_pod_status(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self._core.patch_namespaced_pod_status(name, namespace, body)
+    def patch_pod_status(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        """Merge-patch a pod's status; False when it is gone."""
+        return self._if_found(self._core.patch_namespaced_pod_status, name, namespace, body)
+
+    @staticmethod
+    def _if_found(call: Any, *args: Any) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            call(*args)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def resource_claims(self, namespace: str) -> list[dict[str, Any]]:
         """The namespace's ResourceClaims (a cluster without DRA has none: empty)."""

@@ -14,9 +14,9 @@ from dataclasses import replace
 
 from rlix.core.policy.admission import GangRequest, place_gang
 from rlix.core.policy.conduct import JobClock, Kind, decide
-from rlix.core.policy.placement.loads import node_load
+from rlix.core.policy.placement.loads import GPULoad, holdable_without, node_load, without
 from rlix.core.policy.rlix_policy import RLixPolicy
-from rlix.core.snapshot import GPU, ClusterSnapshot, Workload
+from rlix.core.snapshot import GPU, ClusterSnapshot, Node, Workload
 from rlix.core.suspension import Reason
 from tests.builders.placement import cluster, node, pod
 
@@ -115,3 +115,50 @@ def test_trials_take_leaving_and_parked_memory_off_the_measurement() -> None:
     # Already parked: its memory is not on the GPU, nothing comes off.
     parked = measured(snapshot(PARKED, overcommit=1.5), 5000)
     assert parked.without([LOW.name]).nodes["n1"].gpus[0].used_mib == 5000
+
+
+# A trainer parked in scoring owes 24000 MiB there, but its claim keeps its
+# peak, 44000 (the chaos run's rlix-gpu-3/2: 44000 + 36000 + 44000 claimed of
+# 122880 published, bench/results/chaos.md).
+TRAINER = {"scoring": 24000, "training": 44000, "weight-sync": 16000}
+PARKED_TRAINER = (
+    pod("low-0").job("low").role("trainer").memory(**TRAINER).phase("scoring").priority(1)
+    .on("n1", 0).suspended().build()
+)  # fmt: skip
+ROLLOUT = pod("mid-0").job("mid").role("rollout").memory(36000).phase("rollout").on("n1", 0)
+
+
+def gpu_of(snap: ClusterSnapshot) -> GPULoad:
+    (gpu,) = node_load(snap.nodes["n1"], snap.on_node("n1")).gpus
+    return gpu
+
+
+def test_a_parked_pods_claim_keeps_its_peak_from_the_published_memory() -> None:
+    gpu = gpu_of(snapshot(PARKED_TRAINER, ROLLOUT.build(), overcommit=1.5))
+    assert (gpu.owed_mib, gpu.parked_mib, gpu.claimed_mib) == (36000, 24000, 80000)
+    # 36000 resident + 44000 fits physical memory, and 36000 + 24000 + 44000
+    # fits the published; the claims (80000 + 44000 > 122880) do not.
+    assert not gpu.can_hold(44000)
+    assert gpu.can_hold(42000), "80000 + 42000 <= 122880"
+    # Without the parked trainer (a preemption trial), its claim goes too.
+    load = node_load(*_n1(snapshot(PARKED_TRAINER, ROLLOUT.build(), overcommit=1.5)))
+    assert holdable_without(load, {PARKED_TRAINER.name}, 44000) == 1
+    assert without(load, {PARKED_TRAINER.name}).gpus[0].claimed_mib == 36000
+
+
+def _n1(snap: ClusterSnapshot) -> tuple[Node, list[Workload]]:
+    return snap.nodes["n1"], list(snap.on_node("n1"))
+
+
+def test_a_running_pods_claim_is_its_peak_not_what_its_phases_owe_now() -> None:
+    # In rollout (next scoring) it owes 10000; its claim holds its 50000 peak.
+    light = {"rollout": 10000, "scoring": 10000, "training": 50000, "weight-sync": 10000}
+    running = pod("low-0").job("low").memory(**light).phase("rollout").on("n1", 0).build()
+    gpu = gpu_of(snapshot(running, overcommit=1.0))
+    assert (gpu.owed_mib, gpu.claimed_mib) == (10000, 50000)
+    assert not gpu.can_hold(40000), "50000 + 40000 > 81920"
+    assert gpu.can_hold(30000)
+    # Whole nvidia.com/gpu nodes hold no claims: what the phases owe decides.
+    plain = cluster().with_nodes(node("n1").gpus(1, mib=MIB)).with_pods(running).build()
+    gpu = gpu_of(plain)
+    assert gpu.claimed_mib is None and gpu.can_hold(40000)

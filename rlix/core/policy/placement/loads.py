@@ -23,6 +23,14 @@ priority pods parked for it, and nothing resident ever exceeds the GPU
 (docs/conductor.md, "What parking frees"). With a factor of 1 parked memory is
 owed like any other, as everywhere else.
 
+On a gpu-claims node each resident also holds a claim: its pinned
+ResourceClaim asks its peak-phase memory on each of its GPUs (the whole
+published memory when it declares none), for as long as the pod exists,
+parked or not. kube-scheduler's DRA allocator lets a GPU's claims sum to its
+published memory and no more, so a new pod must fit beside the residents'
+claims too; what they owe now (a parked pod its parked phase, a running one
+its current and next phase) can be less (chaos run, bench/results/chaos.md).
+
 Pods whose GPU indices are unknown are spread onto the emptiest GPUs, the
 choice a device plugin would most likely make; the policy stays deterministic.
 """
@@ -76,6 +84,9 @@ class GPULoad:
     # Published memory above physical (overcommit); 0: parked memory is owed.
     headroom_mib: int = 0
     parked_mib: int = 0  # parked residents' debts, apart from owed_mib when headroom_mib > 0
+    # On a gpu-claims node: what the residents' claims hold (their peaks); None
+    # elsewhere (nothing but memory limits what a GPU takes).
+    claimed_mib: int | None = None
     # Whether each resident's debt is parked memory held apart (see the module
     # doc; parallel to residents): derived once here, since the extender's
     # preemption trials ask it for every resident of every node they try.
@@ -102,6 +113,16 @@ class GPULoad:
             demand_mib,
             headroom_mib=self.headroom_mib,
             parked_mib=self.parked_mib,
+            claimed_mib=self.claimed_mib,
+        )
+
+    def claimed_without(self, names: set[str]) -> int | None:
+        """What the claims hold if the named residents left (None: not a claims GPU)."""
+        if self.claimed_mib is None:
+            return None
+        published = self.capacity_mib + self.headroom_mib
+        return self.claimed_mib - sum(
+            claim_mib(r, published) for r in self.residents if r.name in names
         )
 
     def parked_without(self, names: set[str]) -> int:
@@ -140,6 +161,7 @@ def _holds(
     *,
     headroom_mib: int = 0,
     parked_mib: int = 0,
+    claimed_mib: int | None = None,
 ) -> bool:
     """The one rule for "fits on this GPU"; see ``GPULoad.can_hold``."""
     if capacity_mib <= 0 or demand_mib <= 0:
@@ -147,8 +169,15 @@ def _holds(
         return not has_residents and owed == 0
     if capacity_mib - owed < demand_mib:
         return False  # what is resident stays within physical memory
-    # Parked memory counts against the published memory (the claims do).
-    return capacity_mib + headroom_mib - owed - parked_mib >= demand_mib
+    # Parked memory counts against the published memory, and so do the
+    # residents' claims. A new pod's demand (no phase yet) is its peak: its claim.
+    taken = max(owed + parked_mib, claimed_mib or 0)
+    return capacity_mib + headroom_mib - taken >= demand_mib
+
+
+def claim_mib(workload: Workload, published_mib: int) -> int:
+    """Per-GPU memory a resident's ResourceClaim holds (``rlix.core.dra.plan_claim``)."""
+    return workload.peak_memory_mib if workload.peak_memory_mib > 0 else published_mib
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +280,7 @@ def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
     overcommit = node.memory_overcommit if node.claims else 1.0
     owed = [0] * len(caps)
     parked = [0] * len(caps)
+    claimed = [0] * len(caps)
     holders: list[list[Workload]] = [[] for _ in caps]
     debts: list[list[int]] = [[] for _ in caps]
     ordered = sorted(residents, key=lambda w: (not w.gpu_indices, w.name))
@@ -269,6 +299,7 @@ def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
                 parked[p] += debt  # held apart: it takes published headroom only
             else:
                 owed[p] += debt
+            claimed[p] += claim_mib(w, caps[p][1] + _headroom(caps[p][1], overcommit))
             holders[p].append(w)
             debts[p].append(debt)
     gpus = tuple(
@@ -281,6 +312,7 @@ def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
             debts=tuple(debts[p]),
             headroom_mib=_headroom(cap, overcommit),
             parked_mib=parked[p],
+            claimed_mib=claimed[p] if node.claims else None,
         )
         for p, (index, cap, used) in enumerate(caps)
     )
@@ -307,6 +339,7 @@ def _gpu_without(g: GPULoad, names: set[str]) -> GPULoad:
         debts=tuple(d for _, d in kept),
         headroom_mib=g.headroom_mib,
         parked_mib=g.parked_without(names),
+        claimed_mib=g.claimed_without(names),
     )
 
 
@@ -343,5 +376,6 @@ def holdable_without(load: NodeLoad, names: set[str], demand_mib: int) -> int:
             demand_mib,
             headroom_mib=g.headroom_mib,
             parked_mib=parked,
+            claimed_mib=g.claimed_without(names),
         )
     return count
