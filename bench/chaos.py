@@ -165,6 +165,45 @@ def memory_over(
     return claims, running
 
 
+def gpu_residents(view: Any, ledger: dict[str, Any]) -> dict[str, list[str]]:
+    """Who holds each GPU: bound pods by their GPU indices, admitted pods by the ledger.
+
+    Shows whether an over-promise by GPU count is RLix sharing GPUs by
+    memory (several residents per GPU) or more GPUs given than exist.
+    """
+    out: dict[str, list[str]] = defaultdict(list)
+    for pod in view.pods:
+        meta = pod["metadata"]
+        notes = meta.get("annotations") or {}
+        if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        node = pod["spec"].get("nodeName") or notes.get(names.ANNOTATION_ADMITTED_NODE, "-")
+        label = (
+            f"{meta['name']}[{notes.get(names.ANNOTATION_PHASE, '-')}"
+            f"{',suspended' if notes.get(names.ANNOTATION_SUSPENDED) == 'true' else ''}]"
+        )
+        for index in (notes.get(names.ANNOTATION_GPU_INDICES) or "?").split(","):
+            out[f"{node}/{index}"].append(label)
+    live = {p["metadata"]["name"] for p in view.pods}
+    for entry in ledger.values():
+        for pod, (node, gpus) in entry["pods"].items():
+            if pod.split("/", 1)[1] not in live:
+                for index in gpus:
+                    out[f"{node}/{index}"].append(f"{pod.split('/', 1)[1]}[planned]")
+    return dict(sorted(out.items()))
+
+
+def first_over(overflows: list[Overflow], view: Any, ledger: dict[str, Any]) -> dict[str, Any]:
+    """What the report keeps of the first sample that went over: where, and who held each GPU."""
+    return {
+        "over": [f"{o.gpu}: {o.detail}" for o in overflows],
+        "gpu_residents": gpu_residents(view, ledger),
+    }
+
+
 @dataclass
 class Tallies:
     kills: Counter[str] = field(default_factory=Counter)
@@ -428,18 +467,16 @@ class Chaos(Demo):
             return False
         if not self._check(view, after):
             return True  # torn: no single moment had this view
-        over = self._memory_over(kube, view)
-        if over is None:
+        ledger = self._ledger(kube)
+        if ledger is None:
             self.t.memory_unjudged += 1
             return True
-        claims, running = over
+        planned = ledger_planned(view.rljobs, view.pods, ledger)
+        claims, running = memory_over(view.nodes, view.pods, planned)
         if claims:
             self.t.memory_over_promised += 1
             if not self.t.first_memory_over_promise:
-                self.t.first_memory_over_promise = {
-                    "over": [f"{o.gpu}: {o.detail}" for o in claims],
-                    "gpu_residents": self._gpu_residents(kube, view),
-                }
+                self.t.first_memory_over_promise = first_over(claims, view, ledger)
         with self.lock:
             bypassed = set(self.t.bypassed)
         streaks = self.t.running_streaks
@@ -454,63 +491,22 @@ class Chaos(Demo):
         elif running:
             self.t.running_over += 1
             if not self.t.first_running_over:
-                self.t.first_running_over = {
-                    "over": [f"{o.gpu}: {o.detail}" for o in running],
-                    "gpu_residents": self._gpu_residents(kube, view),
-                }
+                self.t.first_running_over = first_over(running, view, ledger)
         if self.t.first_over_gpu_count and "gpu_residents" not in self.t.first_over_gpu_count:
-            self.t.first_over_gpu_count["gpu_residents"] = self._gpu_residents(kube, view)
+            self.t.first_over_gpu_count["gpu_residents"] = gpu_residents(view, ledger)
         return True
 
-    def _memory_over(self, kube: Kube, view: Any) -> tuple[list[Overflow], list[Overflow]] | None:
-        """``memory_over`` for a view and the admission ledger read after it; None
-        when the ledger could not be read."""
+    def _ledger(self, kube: Kube) -> dict[str, Any] | None:
+        """The admission ledger (read after the view); None when it could not be read."""
         try:
             cm = kube._raw(
                 kube._core.read_namespaced_config_map, "rlix-admission-ledger", "default"
             )
-            ledger = json.loads((cm.get("data") or {}).get("admitted.json") or "{}")
+            ledger: dict[str, Any] = json.loads((cm.get("data") or {}).get("admitted.json") or "{}")
         except Exception as exc:  # the API server is not killed, but may be slow
             self.log(f"  (ledger unreadable: {exc})")
             return None
-        return memory_over(view.nodes, view.pods, ledger_planned(view.rljobs, view.pods, ledger))
-
-    def _gpu_residents(self, kube: Kube, view: Any) -> dict[str, list[str]]:
-        """Who holds each GPU: bound pods by their GPU indices, admitted pods by the ledger.
-
-        Shows whether an over-promise by GPU count is RLix sharing GPUs by
-        memory (several residents per GPU) or more GPUs given than exist.
-        """
-        out: dict[str, list[str]] = defaultdict(list)
-        for pod in view.pods:
-            meta = pod["metadata"]
-            notes = meta.get("annotations") or {}
-            if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
-                "Succeeded",
-                "Failed",
-            ):
-                continue
-            node = pod["spec"].get("nodeName") or notes.get(names.ANNOTATION_ADMITTED_NODE, "-")
-            label = (
-                f"{meta['name']}[{notes.get(names.ANNOTATION_PHASE, '-')}"
-                f"{',suspended' if notes.get(names.ANNOTATION_SUSPENDED) == 'true' else ''}]"
-            )
-            for index in (notes.get(names.ANNOTATION_GPU_INDICES) or "?").split(","):
-                out[f"{node}/{index}"].append(label)
-        try:
-            cm = kube._raw(
-                kube._core.read_namespaced_config_map, "rlix-admission-ledger", "default"
-            )
-            ledger = json.loads((cm.get("data") or {}).get("admitted.json") or "{}")
-        except Exception as exc:  # diagnostics only
-            return {"error": [str(exc)], **out}
-        live = {p["metadata"]["name"] for p in view.pods}
-        for entry in ledger.values():
-            for pod, (node, gpus) in entry["pods"].items():
-                if pod.split("/", 1)[1] not in live:
-                    for index in gpus:
-                        out[f"{node}/{index}"].append(f"{pod.split('/', 1)[1]}[planned]")
-        return dict(sorted(out.items()))
+        return ledger
 
     def _check(self, view: Any, after: list[dict[str, Any]]) -> bool:
         """Tally one sample (jobs listed, then pods, then jobs again); False when torn.

@@ -48,6 +48,18 @@ def whole_cluster(name: str) -> dict[str, Any]:
     return rljob(name, trainer(replicas=NODES, gpus=GPUS, mib=60000))
 
 
+def rollout_role(*, replicas: int) -> dict[str, Any]:
+    """A ``rollout`` role of ``replicas`` one-GPU pods, 10000 MiB each."""
+    return {
+        "name": "rollout",
+        "kind": "rollout",
+        "replicas": replicas,
+        "gpusPerReplica": 1,
+        "image": "example.com/vllm:1",
+        "gpuMemoryMiB": {"rollout": 10000},
+    }
+
+
 def job_pods(cluster: Any, namespace: str, job: str) -> list[dict[str, Any]]:
     selector = f"{names.LABEL_JOB}={job}"
     items: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", selector)[
@@ -132,8 +144,7 @@ def test_reapplied_job_replaces_the_orphaned_pod_of_its_predecessor(
 def test_finished_job_left_with_running_pods_is_cleaned_up_after_a_restart(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    rollout = {"name": "rollout", "kind": "rollout", "replicas": 3, "gpusPerReplica": 1}
-    rollout |= {"image": "example.com/vllm:1", "gpuMemoryMiB": {"rollout": 10000}}
+    rollout = rollout_role(replicas=3)
     apply(cluster, namespace, rljob("left", trainer(), rollout))
     wait_for("Running", lambda: state(cluster, namespace, "left") == "Running")
     # What a crash between "mark Succeeded" and "delete the pods" leaves.
@@ -158,8 +169,7 @@ def test_finished_job_left_with_running_pods_is_cleaned_up_after_a_restart(
 def test_a_job_whose_trainer_finished_gets_no_pod_again_after_a_restart(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    rollout = {"name": "rollout", "kind": "rollout", "replicas": 2, "gpusPerReplica": 1}
-    rollout |= {"image": "example.com/vllm:1", "gpuMemoryMiB": {"rollout": 10000}}
+    rollout = rollout_role(replicas=2)
     apply(cluster, namespace, rljob("half", trainer(), rollout))
     wait_for("Running", lambda: state(cluster, namespace, "half") == "Running")
     # What a crash between "delete the pods" and "mark Succeeded" leaves (a

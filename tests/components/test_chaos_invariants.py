@@ -7,9 +7,7 @@ the admission ledger's planned pods counted beside the live ones.
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,18 +17,14 @@ import pytest
 from rlix.core import names
 from tests.builders.objects import node_object, pod_object
 from tests.builders.placement import H100_MIB, node, pod
+from tests.support.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
 
 
 @pytest.fixture(scope="module")
 def chaos() -> ModuleType:
-    loaded = importlib.util.spec_from_file_location("bench_chaos", SCRIPT)
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    sys.modules["bench_chaos"] = module  # dataclasses resolve their module
-    loaded.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "bench_chaos")
 
 
 NODES = [node_object(node("n1").gpus(2).build())]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -16,18 +14,14 @@ from rlix.core.sim.metrics import bounds
 from rlix.core.sim.mixes import closed_batch
 from rlix.core.sim.schedulers import gang_binpack, kube_default, rlix
 from tests.core.test_sim_helpers import mix_of, spec
+from tests.support.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "simulate.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    loaded = importlib.util.spec_from_file_location("bench_simulate", SCRIPT)
-    assert loaded is not None and loaded.loader is not None
-    module = importlib.util.module_from_spec(loaded)
-    sys.modules["bench_simulate"] = module  # dataclasses resolve their module
-    loaded.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "bench_simulate")
 
 
 def test_table_has_every_measure_a_spread_and_the_ratio_to_the_best_baseline(
