@@ -56,12 +56,23 @@ def _report(gpus: Sequence[int], memory: dict[str, int], phase: str) -> None:
         rlix.report_usage(gpu=gpu, memory_mib=mib, utilization=UTILIZATION[phase])
 
 
-def _work(seconds: float) -> None:
-    """Spend ``seconds`` in the current phase, letting a pending suspend happen."""
+def _work(seconds: float, *, generating: bool = False) -> None:
+    """Spend ``seconds`` in the current phase, letting a pending suspend happen.
+
+    ``generating``: a trainer's rollout phase, which stalls whenever its whole
+    rollout is parked, not only at the phase's start (the roster reaches the
+    trainer a moment after a park: a trainer that looked once went on
+    generating with nobody serving it, and its job could end with the rollout
+    still parked).
+    """
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(0.2, left))
         rlix.safe_point()
+        if generating:
+            stalled = time.monotonic()
+            _await_rollout()
+            deadline += time.monotonic() - stalled
 
 
 def _await_rollout() -> None:
@@ -97,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 if phase == "rollout":
                     # Long tail: the slowest sequence of the batch sets the length.
                     duration *= rng.lognormvariate(0.0, 0.35)
-                _work(duration)
+                _work(duration, generating=phase == "rollout" and args.kind == "trainer")
         iteration += 1
         print(f"iteration {iteration} done", flush=True)
     with rlix.phase("idle"):
