@@ -20,6 +20,14 @@ Two long-lived worker processes (two CUDA contexts, as two pods would have)
 run a shape alone, then every pair at the same time for the same wall-clock
 window; ``I = rate_alone / rate_shared - 1``. Default time-slicing is measured;
 where ``nvidia-cuda-mps-control`` runs, the pairs are measured again under MPS.
+
+The simulator scales a co-runner's slowdown by its *pressure*, the share of
+time it has kernels running (rollout tails, tool waits): ``p * I``. Under
+time-slicing (``--pressure``, on by default) a co-runner that works in ~10 ms
+bursts and idles for a fixed time between them (a duty cycle of 0.25, 0.5,
+0.75) is run beside a full-pressure GEMM or GEMV, and the victim's measured
+slowdown is put beside the model's ``p * I``.
+
 Writes a JSON file the simulator can load and prints a table. Exits 77 without
 a GPU, like hack/gpu-check.py.
 """
@@ -43,6 +51,17 @@ from typing import Any
 
 SKIPPED_EXIT = 77
 SHAPES = ("compute", "memory", "network")
+# Shapes run at a duty cycle beside full-pressure victims; copies already
+# overlap almost perfectly with kernels at full pressure.
+DUTY_SHAPES = ("compute", "memory")
+DUTIES = (0.25, 0.5, 0.75)
+BURST_S = 0.010  # one burst of a duty-cycled co-runner, alone
+# Work of one step in each shape's unit (TFLOP, GB read, GB copied): see _worker.
+STEP_UNITS = {
+    "compute": 2 * 8192**3 / 1e12,  # TFLOP of one 8192^3 GEMM
+    "memory": 32768 * 16384 * 2 / 1e9,  # GB of bf16 weights one GEMV reads
+    "network": 2 * (256 << 20) / 1e9,  # GB copied, one way and back
+}
 
 
 def _worker(conn: Any) -> None:
@@ -58,16 +77,15 @@ def _worker(conn: Any) -> None:
     dbuf = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
 
     def step(shape: str) -> float:
-        """One unit of work; returns its size in the shape's unit."""
+        """One unit of work; returns its size in the shape's unit (STEP_UNITS)."""
         if shape == "compute":
             torch.mm(a, b)
-            return 2 * 8192**3 / 1e12  # TFLOP
-        if shape == "memory":
+        elif shape == "memory":
             torch.mm(w, x)
-            return w.nbytes / 1e9  # GB of weights read
-        dbuf.copy_(host, non_blocking=True)
-        host.copy_(dbuf, non_blocking=True)
-        return 2 * host.nbytes / 1e9  # GB over the link
+        else:
+            dbuf.copy_(host, non_blocking=True)
+            host.copy_(dbuf, non_blocking=True)
+        return STEP_UNITS[shape]
 
     for shape in SHAPES:  # warm-up: kernels chosen, clocks up
         for _ in range(3):
@@ -78,15 +96,20 @@ def _worker(conn: Any) -> None:
         msg = conn.recv()
         if msg is None:
             return
-        shape, start, seconds = msg
+        shape, start, seconds, burst, idle_s = msg
         while time.time() < start:
             time.sleep(0.0005)
-        done, t0 = 0.0, time.perf_counter()
+        done, busy, t0 = 0.0, 0.0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            for _ in range(4):
+            b0 = time.perf_counter()
+            for _ in range(burst):
                 done += step(shape)
             torch.cuda.synchronize()
-        conn.send(done / (time.perf_counter() - t0))
+            busy += time.perf_counter() - b0
+            if idle_s:  # a fixed wait, as a tool call's: it does not stretch when slowed
+                time.sleep(idle_s)
+        wall = time.perf_counter() - t0
+        conn.send((done / wall, busy / wall))
 
 
 class Workers:
@@ -105,10 +128,21 @@ class Workers:
                 raise RuntimeError("a worker did not become ready in 180 s")
             c.recv()
 
-    def run(self, shapes: Sequence[str], seconds: float) -> list[float]:
+    def run(
+        self, shapes: Sequence[str], seconds: float, cycles: Sequence[tuple[int, float]] = ()
+    ) -> list[float]:
+        """Each shape's rate over one common window, at full pressure."""
+        return [rate for rate, _ in self.run_cycles(shapes, seconds, cycles)]
+
+    def run_cycles(
+        self, shapes: Sequence[str], seconds: float, cycles: Sequence[tuple[int, float]] = ()
+    ) -> list[tuple[float, float]]:
+        """(rate, busy share of the window) per shape; ``cycles[i]`` = (steps
+        per burst, idle seconds after each) for worker i, else (4, 0): full pressure."""
         start = time.time() + 0.2
-        for c, s in zip(self.conns, shapes, strict=False):
-            c.send((s, start, seconds))
+        for i, (c, s) in enumerate(zip(self.conns, shapes, strict=False)):
+            burst, idle = cycles[i] if i < len(cycles) else (4, 0.0)
+            c.send((s, start, seconds, burst, idle))
         return [c.recv() for c in self.conns[: len(shapes)]]
 
     def close(self) -> None:
@@ -142,7 +176,50 @@ def summarise(
     return {"alone": alone, "slowdown": slowdown, "combined_progress": combined}
 
 
-def measure(seconds: float) -> dict[str, Any]:
+def duty_cycle(rate: float, shape: str, duty: float) -> tuple[int, float]:
+    """(steps per burst, idle seconds after it) for ``shape`` to be busy ``duty``
+    of the time alone, in bursts of about BURST_S, given its full-pressure rate."""
+    step_s = STEP_UNITS[shape] / rate
+    steps = max(1, round(BURST_S / step_s))
+    return steps, steps * step_s * (1 - duty) / duty
+
+
+def summarise_pressure(
+    slowdown: dict[str, dict[str, float]],
+    alone: dict[str, float],
+    cycled_alone: dict[tuple[str, float], tuple[float, float]],
+    pairs: dict[tuple[str, str, float], tuple[float, float]],
+) -> list[dict[str, Any]]:
+    """Measured slowdown of a full-pressure victim beside a duty-cycled
+    co-runner, next to the model's ``p * I`` (pure: tested without a GPU).
+
+    ``cycled_alone[(t, d)]`` = (rate, busy share) of shape ``t`` at duty ``d``
+    alone; ``pairs[(v, t, d)]`` = (victim rate, co-runner rate) side by side.
+    ``p`` is the busy share measured alone; the co-runner's own slowdown is
+    over its whole window (waits included), which is what the simulator slows.
+    """
+    rows = []
+    for (v, t, d), (rv, rt) in pairs.items():
+        rate_t, busy = cycled_alone[(t, d)]
+        measured = alone[v] / rv - 1
+        rows.append(
+            {
+                "victim": v,
+                "co_runner": t,
+                "duty": d,
+                "pressure": round(busy, 3),
+                "victim_slowdown": round(measured, 3),
+                "model_p_times_I": round(busy * slowdown[v][t], 3),
+                "co_runner_slowdown": round(rate_t / rt - 1, 3),
+                "model_co_runner": round(slowdown[t][v], 3),
+                # in exclusive-GPU units: alone, the co-runner delivers about p
+                "combined_progress": round(rv / alone[v] + rt / alone[t], 3),
+            }
+        )
+    return rows
+
+
+def measure(seconds: float, pressure: bool = False) -> dict[str, Any]:
     workers = Workers(2)
     try:
         alone = {s: workers.run([s], seconds)[0] for s in SHAPES}
@@ -150,7 +227,20 @@ def measure(seconds: float) -> dict[str, Any]:
         for s, t in combinations_with_replacement(SHAPES, 2):
             rs, rt = workers.run([s, t], seconds)
             shared[(s, t)] = (rs, rt)
-        return summarise(alone, shared)
+        result = summarise(alone, shared)
+        if pressure:
+            cycled: dict[tuple[str, float], tuple[float, float]] = {}
+            pairs: dict[tuple[str, str, float], tuple[float, float]] = {}
+            for d in DUTIES:
+                for t in DUTY_SHAPES:
+                    cycle = duty_cycle(alone[t], t, d)
+                    # worker 0 runs the cycled shape alone, then beside each victim
+                    cycled[(t, d)] = workers.run_cycles([t], seconds, [cycle])[0]
+                    for v in DUTY_SHAPES:
+                        rt, rv = workers.run([t, v], seconds, [cycle])
+                        pairs[(v, t, d)] = (rv, rt)
+            result["pressure"] = summarise_pressure(result["slowdown"], alone, cycled, pairs)
+        return result
     finally:
         workers.close()
 
@@ -211,6 +301,20 @@ def table(result: dict[str, Any], title: str) -> str:
     ]
     lines += ["", "| pair | combined progress (exclusive = 1.0 each, 2.0 = no interference) |"]
     lines += ["|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in result["combined_progress"].items()]
+    if result.get("pressure"):
+        lines += [
+            "",
+            "| victim (full) | co-runner | duty | pressure p | victim I measured | model p x I "
+            "| co-runner slowdown (wall) | model I | combined progress |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['victim']} | {r['co_runner']} | {r['duty']:.2f} | {r['pressure']:.2f} "
+            f"| {r['victim_slowdown']:.2f} | {r['model_p_times_I']:.2f} "
+            f"| {r['co_runner_slowdown']:.2f} | {r['model_co_runner']:.2f} "
+            f"| {r['combined_progress']:.2f} |"
+            for r in result["pressure"]
+        ]
     return "\n".join(lines)
 
 
@@ -219,6 +323,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=4.0, help="window per measurement")
     ap.add_argument("--out", type=Path, default=Path("interference.json"))
     ap.add_argument("--no-mps", action="store_true", help="time-slicing only")
+    ap.add_argument(
+        "--no-pressure",
+        action="store_true",
+        help="skip the duty-cycled co-runners (p x I check, time-slicing; ~1 min at 3 s windows)",
+    )
     args = ap.parse_args(argv)
     try:
         import torch
@@ -240,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
     t0 = time.perf_counter()
-    report["time_slicing"] = measure(args.seconds)
+    report["time_slicing"] = measure(args.seconds, pressure=not args.no_pressure)
     print(table(report["time_slicing"], f"time-slicing on {report['gpu']}"))
     if not args.no_mps:
         with mps_daemon() as daemon:

@@ -6,8 +6,8 @@ its node's agent, tells the simulated GPU backend what it holds in each phase,
 and registers an offload hook over a buffer that stands in for its device
 memory, so a suspend really parks the bytes and a resume checks them.
 
-The trainer role finishes after ``--iterations``, waiting in its rollout phase
-while its job's whole rollout is parked; other roles (rollout servers,
+The trainer role finishes after ``--iterations``, waiting in its rollout and
+weight-sync phases while its job's whole rollout is parked; other roles (rollout servers,
 reference, reward) serve until their pod is deleted.
 """
 
@@ -56,20 +56,26 @@ def _report(gpus: Sequence[int], memory: dict[str, int], phase: str) -> None:
         rlix.report_usage(gpu=gpu, memory_mib=mib, utilization=UTILIZATION[phase])
 
 
-def _work(seconds: float, *, generating: bool = False) -> None:
+# A trainer's phases that need its rollout servers: generation is served by
+# them, and weight sync writes into their memory, so a parked rollout must be
+# back first (a job could otherwise end on its last weight sync with its
+# rollout still parked, never to be resumed).
+NEEDS_ROLLOUT = frozenset({"rollout", "weight-sync"})
+
+
+def _work(seconds: float, *, needs_rollout: bool = False) -> None:
     """Spend ``seconds`` in the current phase, letting a pending suspend happen.
 
-    ``generating``: a trainer's rollout phase, which stalls whenever its whole
-    rollout is parked, not only at the phase's start (the roster reaches the
-    trainer a moment after a park: a trainer that looked once went on
-    generating with nobody serving it, and its job could end with the rollout
-    still parked).
+    ``needs_rollout``: a trainer's phase that stalls whenever its whole rollout
+    is parked, not only at the phase's start (the roster reaches the trainer a
+    moment after a park: a trainer that looked once went on generating with
+    nobody serving it).
     """
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(0.2, left))
         rlix.safe_point()
-        if generating:
+        if needs_rollout:
             stalled = time.monotonic()
             _await_rollout()
             deadline += time.monotonic() - stalled
@@ -103,12 +109,13 @@ def run(args: argparse.Namespace) -> int:
             with rlix.phase(phase):
                 _report(gpus, memory, phase)
                 duration = seconds.get(phase, 0.5)
-                if phase == "rollout" and args.kind == "trainer":
+                needs_rollout = phase in NEEDS_ROLLOUT and args.kind == "trainer"
+                if needs_rollout:
                     _await_rollout()
                 if phase == "rollout":
                     # Long tail: the slowest sequence of the batch sets the length.
                     duration *= rng.lognormvariate(0.0, 0.35)
-                _work(duration, generating=phase == "rollout" and args.kind == "trainer")
+                _work(duration, needs_rollout=needs_rollout)
         iteration += 1
         print(f"iteration {iteration} done", flush=True)
     with rlix.phase("idle"):
@@ -116,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rlix.demo.trainer", description=__doc__)
     p.add_argument("--kind", default="trainer", help="the role's kind (trainer finishes)")
     p.add_argument("--iterations", type=int, default=4)
@@ -125,7 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gpu-indices", default="", help="GPUs of the node this pod holds")
     p.add_argument("--buffer-mib", type=int, default=8, help="bytes parked on suspend")
     p.add_argument("--seed", type=int, default=0)
-    return run(p.parse_args(argv))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,49 @@ def test_table_lists_every_pair(gi: ModuleType) -> None:
     assert "| memory+network | 1.00 |" in text
 
 
+@pytest.mark.parametrize("duty", [0.25, 0.5, 0.75])
+def test_a_duty_cycle_is_busy_that_share_of_the_time_in_short_bursts(
+    gi: ModuleType, duty: float
+) -> None:
+    rate = 600.0  # TFLOP/s: one 1.1-TFLOP GEMM takes ~1.8 ms
+    steps, idle = gi.duty_cycle(rate, "compute", duty)
+    busy = steps * gi.STEP_UNITS["compute"] / rate
+    assert busy / (busy + idle) == pytest.approx(duty)
+    assert gi.BURST_S / 2 <= busy <= gi.BURST_S * 2
+
+
+def test_pressure_rows_put_the_measured_slowdown_beside_p_times_i(gi: ModuleType) -> None:
+    slowdown = {"compute": {"memory": 0.6}, "memory": {"compute": 2.0}}
+    alone = {"compute": 100.0, "memory": 400.0}
+    # memory at duty 0.5 alone: busy 0.5 of the window, half its full rate
+    cycled = {("memory", 0.5): (200.0, 0.5)}
+    # beside it the GEMM runs at 80 (I = 0.25, model 0.5 x 0.6 = 0.3); the
+    # cycled GEMV's wall rate drops from 200 to 160 (0.25; the model slows it 2.0)
+    pairs = {("compute", "memory", 0.5): (80.0, 160.0)}
+    (row,) = gi.summarise_pressure(slowdown, alone, cycled, pairs)
+    assert row == {
+        "victim": "compute",
+        "co_runner": "memory",
+        "duty": 0.5,
+        "pressure": 0.5,
+        "victim_slowdown": 0.25,
+        "model_p_times_I": 0.3,
+        "co_runner_slowdown": 0.25,
+        "model_co_runner": 2.0,
+        "combined_progress": 1.2,  # 0.8 of the GEMM's GPU + 0.4 of the GEMV's
+    }
+    text = gi.table(
+        {
+            "alone": dict.fromkeys(gi.SHAPES, 1.0),
+            "slowdown": {s: dict.fromkeys(gi.SHAPES, 0.0) for s in gi.SHAPES},
+            "combined_progress": {},
+            "pressure": [row],
+        },
+        "title",
+    )
+    assert "| compute | memory | 0.50 | 0.50 | 0.25 | 0.30 | 0.25 | 2.00 | 1.20 |" in text
+
+
 def test_skips_with_the_reason_when_there_is_no_gpu(tmp_path: Path) -> None:
     try:
         import torch
