@@ -111,14 +111,39 @@ def test_overflow_with_nothing_parkable_is_said() -> None:
 def test_a_parked_job_resumes_once_its_memory_fits_and_not_before() -> None:
     parked = replace(rollout("low-0", "low", priority=1, mib=40000), suspended=True)
     busy = (
-        pod("hi-0").job("hi").role("trainer").memory(50000).phase("training")
-        .priority(5).on("n1", 0).build()
+        pod("mate-0").job("mate").role("trainer").memory(50000).phase("training")
+        .priority(1).on("n1", 0).build()
     )  # fmt: skip
     clocks = {"default/low": JobClock(suspended_at=0.0)}
     assert decide(one_node(parked, busy), [], POLICY, clocks=clocks, now=10.0) == ()
     calm = replace(busy, phase=None, memory_mib={k: 20000 for k in busy.memory_mib})
     actions = decide(one_node(parked, calm), [], POLICY, clocks=clocks, now=10.0)
     assert kinds(actions) == [("resume", "default/low", "MemoryFree")]
+
+
+def test_a_parked_job_waits_for_a_higher_class_beside_it_to_leave() -> None:
+    """Memory alone would bring it back under the job admitted beside its
+    parked memory, slowing that job (sharing rule 3: one class per GPU)."""
+    parked = replace(rollout("low-0", "low", priority=1, mib=40000), suspended=True)
+    high = (
+        pod("hi-0").job("hi").role("trainer").memory(20000).phase("training")
+        .priority(5).on("n1", 0).build()
+    )  # fmt: skip
+    clocks = {"default/low": JobClock(suspended_at=0.0)}
+    assert decide(one_node(parked, high), [], POLICY, clocks=clocks, now=10.0) == ()
+    actions = decide(one_node(parked), [], POLICY, clocks=clocks, now=10.0)
+    assert kinds(actions) == [("resume", "default/low", "MemoryFree")]
+
+
+def test_a_parked_job_does_not_come_back_as_a_third_job_on_its_gpu() -> None:
+    parked = replace(rollout("c-0", "c", priority=1, mib=20000), suspended=True)
+    a = rollout("a-0", "a", priority=1, mib=20000)
+    b = rollout("b-0", "b", priority=1, mib=20000)
+    clocks = {"default/c": JobClock(suspended_at=0.0)}
+    # 60000 of 81920 MiB: memory alone would let it in, as a third job.
+    assert decide(one_node(parked, a, b), [], POLICY, clocks=clocks, now=10.0) == ()
+    actions = decide(one_node(parked, a), [], POLICY, clocks=clocks, now=10.0)
+    assert kinds(actions) == [("resume", "default/c", "MemoryFree")]
 
 
 def test_a_job_parked_by_a_person_is_never_resumed_by_the_policy() -> None:

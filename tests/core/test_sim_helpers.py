@@ -41,6 +41,7 @@ class MemoryShare:
 
     name: str = "memory-share"
     shares_gpus: bool = True
+    sharing_rules: None = None  # memory alone decides
 
     def _room(self, snapshot: ClusterSnapshot, node: str, pod: Workload) -> list[int]:
         n = snapshot.nodes[node]

@@ -31,7 +31,10 @@ The rules, in the order they are applied:
    until they are. When nothing can be parked, the action list says so.
 4. **Resume as soon as memory allows.** A parked job whose memory fits on its
    own GPUs again (host memory is node-local, so it returns where it left) is
-   resumed, aged jobs and higher priority first, then the longest parked.
+   resumed, aged jobs and higher priority first, then the longest parked;
+   only where the policy's sharing rules let its pods join the jobs running
+   there (``PlacementPolicy.sharing_rules``: not under a job of another
+   class, not as a third job on a GPU).
 
 Parking frees schedulable room only where RLix publishes GPU memory above
 physical (``Node.memory_overcommit`` > 1 on a gpu-claims node): the placement
@@ -56,6 +59,7 @@ from rlix.core.policy.admission import (
     queue_order,
 )
 from rlix.core.policy.placement.preemption import harm
+from rlix.core.policy.placement.sharing import SharingRules, joinable
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.snapshot import ClusterSnapshot, Workload
 from rlix.core.suspension import Reason, Refusal
@@ -165,10 +169,15 @@ def decide(
     """
     actions: list[Action] = []
     trial = _protect(snapshot, clocks, now, config)
-    trial = _resume_aged(trial, clocks=clocks, now=now, config=config, actions=actions, held=held)
+    rules = policy.sharing_rules
+    trial = _resume_aged(
+        trial, clocks=clocks, now=now, config=config, actions=actions, held=held, rules=rules
+    )
     trial = _admit_by_priority(trial, waiting, policy, actions, elastic or {})
     trial = _keep_within_hbm(trial, actions)
-    _resume_when_free(trial, clocks=clocks, now=now, config=config, actions=actions, held=held)
+    _resume_when_free(
+        trial, clocks=clocks, now=now, config=config, actions=actions, held=held, rules=rules
+    )
     return tuple(actions)
 
 
@@ -252,14 +261,23 @@ def _resident(trial: ClusterSnapshot, node: str, index: int) -> list[Workload]:
     ]
 
 
-def _fits_back(trial: ClusterSnapshot, pods: Sequence[Workload]) -> bool:
-    """Whether parked pods fit on their own GPUs next to what runs there now."""
+def _fits_back(
+    trial: ClusterSnapshot, pods: Sequence[Workload], rules: SharingRules | None
+) -> bool:
+    """Whether parked pods fit on their own GPUs next to what runs there now,
+    and (``rules``) whether those residents would let them in: a job admitted
+    beside parked memory is not then slowed by the parked job coming back
+    under it (rule 3: another priority class), and a GPU never ends up with
+    more jobs running than the rules allow (rule 1)."""
     need: dict[tuple[str, int], int] = {}
     for w in pods:
         if w.node is None or w.node not in trial.nodes:
             return False
         for i in w.gpu_indices:
             need[(w.node, i)] = need.get((w.node, i), 0) + w.memory_in(w.phase)
+            others = [r for r in _resident(trial, w.node, i) if r.job != w.job]
+            if rules is not None and others and not joinable(rules, w, others):
+                return False
     for (node, i), mib in need.items():
         used = sum(r.memory_in(r.phase) for r in _resident(trial, node, i))
         if used + mib > _gpu_memory(trial, node, i):
@@ -284,6 +302,7 @@ def _resume_aged(
     config: ConductConfig,
     actions: list[Action],
     held: frozenset[str],
+    rules: SharingRules | None,
 ) -> ClusterSnapshot:
     """Bring back jobs parked past the bound, parking lower-priority residents for them."""
     parked = _parked_jobs(trial, held)
@@ -312,13 +331,13 @@ def _resume_aged(
         taken: list[tuple[str, list[Workload]]] = []
         units = sorted(candidates.items(), key=lambda item: harm(item[1]))
         for other, _ in units:
-            if _fits_back(attempt, pods):
+            if _fits_back(attempt, pods, rules):
                 break
             unit = _unit(attempt, other)
             if any(w.gpu_indices for w in unit) and max(w.priority for w in unit) < effective:
                 attempt = _park(attempt, other)
                 taken.append((other, unit))
-        if not _fits_back(attempt, pods):
+        if not _fits_back(attempt, pods, rules):
             continue
         for other, ws in taken:
             actions.append(
@@ -559,6 +578,7 @@ def _resume_when_free(
     config: ConductConfig,
     actions: list[Action],
     held: frozenset[str],
+    rules: SharingRules | None,
 ) -> None:
     parked = list(_parked_jobs(trial, held).items())
 
@@ -570,7 +590,7 @@ def _resume_when_free(
     for job, pods in sorted(parked, key=order):
         if any(a.kind is Kind.SUSPEND and a.job == job for a in actions):
             continue  # parked by this very pass
-        if not _fits_back(trial, pods):
+        if not _fits_back(trial, pods, rules):
             continue
         trial = _unpark(trial, job)
         actions.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from rlix.core.policy.placement.sharing import SharingRules
 from rlix.core.snapshot import ClusterSnapshot, Workload
 
 
@@ -38,6 +39,13 @@ class PlacementPolicy(Protocol):
         self, snapshot: ClusterSnapshot, pod: Workload, nodes: Sequence[str]
     ) -> Mapping[str, int]:
         """Per feasible node, a 0..10 preference (kube-scheduler's HostPriority)."""
+        ...
+
+    @property
+    def sharing_rules(self) -> SharingRules | None:
+        """Which running pods a pod may join on one GPU (``sharing.joinable``);
+        None: memory alone decides. The conductor brings a parked pod back only
+        where its GPUs' residents would have let it in."""
         ...
 
     def gpus(self, snapshot: ClusterSnapshot, pod: Workload, node: str) -> tuple[int, ...]:

@@ -83,6 +83,10 @@ class RLixPolicy:
         self._last = (id(snapshot), view)
         return view
 
+    @property
+    def sharing_rules(self) -> SharingRules:
+        return self.rules
+
     def filter(self, snapshot: ClusterSnapshot, pod: Workload) -> Mapping[str, str | None]:
         outcome = filter_nodes(self._view(snapshot), pod, snapshot.nodes)
         out: dict[str, str | None] = dict.fromkeys(outcome.feasible)

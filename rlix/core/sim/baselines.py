@@ -14,12 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
+from rlix.core.policy.placement.sharing import SharingRules
 from rlix.core.snapshot import ClusterSnapshot, Workload
 
 
 def taken_gpus(snapshot: ClusterSnapshot, node: str) -> set[int]:
     return {i for w in snapshot.on_node(node) if not w.suspended for i in w.gpu_indices}
+
+
+# One job per GPU, whatever the memory says.
+EXCLUSIVE_RULES: Final = SharingRules(interference=None, max_jobs_per_gpu=1)
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class ExclusivePolicy:
     pack: bool
     preempts: bool
     shares_gpus: bool = False
+    sharing_rules: SharingRules = EXCLUSIVE_RULES
 
     def filter(self, snapshot: ClusterSnapshot, pod: Workload) -> Mapping[str, str | None]:
         out: dict[str, str | None] = {}
