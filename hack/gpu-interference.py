@@ -23,10 +23,12 @@ where ``nvidia-cuda-mps-control`` runs, the pairs are measured again under MPS.
 
 The simulator scales a co-runner's slowdown by its *pressure*, the share of
 time it has kernels running (rollout tails, tool waits): ``p * I``. Under
-time-slicing (``--pressure``, on by default) a co-runner that works in ~10 ms
-bursts and idles for a fixed time between them (a duty cycle of 0.25, 0.5,
-0.75) is run beside a full-pressure GEMM or GEMV, and the victim's measured
-slowdown is put beside the model's ``p * I``.
+time-slicing (``--pressure-sets``; ``--no-pressure`` skips them) a co-runner
+that works in ~10 ms bursts and idles for a fixed time between them (a duty
+cycle of 0.25, 0.5, 0.75) is run beside a full-pressure GEMM or GEMV
+("victim"), and the victim's measured slowdown is put beside the model's
+``p * I``; then both sides idle part of the time ("both": two agentic
+rollouts at 0.65, half-busy pairs), each side's slowdown beside the model's.
 
 Writes a JSON file the simulator can load and prints a table. Exits 77 without
 a GPU, like hack/gpu-check.py.
@@ -55,6 +57,17 @@ SHAPES = ("compute", "memory", "network")
 # overlap almost perfectly with kernels at full pressure.
 DUTY_SHAPES = ("compute", "memory")
 DUTIES = (0.25, 0.5, 0.75)
+# Both sides idle part of the time: two agentic rollouts (35% of their wall
+# time waiting on tools, busy 0.65), one beside a half-busy trainer-like GEMM,
+# and half-busy pairs. (shape, duty) of each side.
+BOTH_IDLE = (
+    (("memory", 0.65), ("memory", 0.65)),
+    (("compute", 0.65), ("memory", 0.65)),
+    (("memory", 0.5), ("memory", 0.5)),
+    (("compute", 0.5), ("memory", 0.5)),
+    (("compute", 0.5), ("compute", 0.5)),
+)
+PRESSURE_SETS = ("victim", "both")
 BURST_S = 0.010  # one burst of a duty-cycled co-runner, alone
 # Work of one step in each shape's unit (TFLOP, GB read, GB copied): see _worker.
 STEP_UNITS = {
@@ -219,7 +232,47 @@ def summarise_pressure(
     return rows
 
 
-def measure(seconds: float, pressure: bool = False) -> dict[str, Any]:
+def summarise_both(
+    slowdown: dict[str, dict[str, float]],
+    cycled_alone: dict[tuple[str, float], tuple[float, float]],
+    pairs: dict[tuple[tuple[str, float], tuple[str, float]], tuple[float, float]],
+) -> list[dict[str, Any]]:
+    """Two duty-cycled sides on one GPU, each against its own rate alone, next
+    to the simulator's model and to a candidate one (pure: tested without a GPU).
+
+    The model slows each side's whole segment, waits included, by
+    ``1 / (1 + p_other x I)``; the candidate lets only the busy share stretch,
+    ``1 / (1 + p_self x p_other x I)``. "Jobs' progress" sums the two sides'
+    rates against their own alone (2.0: neither slowed), rule 5's measure.
+    """
+    rows = []
+    for ((a, da), (b, db)), (ra, rb) in pairs.items():
+        alone_a, pa = cycled_alone[(a, da)]
+        alone_b, pb = cycled_alone[(b, db)]
+        sa, sb = alone_a / ra - 1, alone_b / rb - 1
+        model_a, model_b = pb * slowdown[a][b], pa * slowdown[b][a]
+        busy_a, busy_b = pa * model_a, pb * model_b
+        rows.append(
+            {
+                "a": a,
+                "duty_a": da,
+                "b": b,
+                "duty_b": db,
+                "pressure_a": round(pa, 3),
+                "pressure_b": round(pb, 3),
+                "slowdown_a": round(sa, 3),
+                "slowdown_b": round(sb, 3),
+                "model_a": round(model_a, 3),
+                "model_b": round(model_b, 3),
+                "jobs_progress": round(1 / (1 + sa) + 1 / (1 + sb), 3),
+                "model_jobs_progress": round(1 / (1 + model_a) + 1 / (1 + model_b), 3),
+                "busy_only_jobs_progress": round(1 / (1 + busy_a) + 1 / (1 + busy_b), 3),
+            }
+        )
+    return rows
+
+
+def measure(seconds: float, pressure: Sequence[str] = ()) -> dict[str, Any]:
     workers = Workers(2)
     try:
         alone = {s: workers.run([s], seconds)[0] for s in SHAPES}
@@ -228,8 +281,8 @@ def measure(seconds: float, pressure: bool = False) -> dict[str, Any]:
             rs, rt = workers.run([s, t], seconds)
             shared[(s, t)] = (rs, rt)
         result = summarise(alone, shared)
-        if pressure:
-            cycled: dict[tuple[str, float], tuple[float, float]] = {}
+        cycled: dict[tuple[str, float], tuple[float, float]] = {}
+        if "victim" in pressure:
             pairs: dict[tuple[str, str, float], tuple[float, float]] = {}
             for d in DUTIES:
                 for t in DUTY_SHAPES:
@@ -240,6 +293,16 @@ def measure(seconds: float, pressure: bool = False) -> dict[str, Any]:
                         rt, rv = workers.run([t, v], seconds, [cycle])
                         pairs[(v, t, d)] = (rv, rt)
             result["pressure"] = summarise_pressure(result["slowdown"], alone, cycled, pairs)
+        if "both" in pressure:
+            both: dict[tuple[tuple[str, float], tuple[str, float]], tuple[float, float]] = {}
+            for sides in BOTH_IDLE:
+                cycles = [duty_cycle(alone[s], s, d) for s, d in sides]
+                for (s, d), cycle in zip(sides, cycles, strict=True):
+                    if (s, d) not in cycled:
+                        cycled[(s, d)] = workers.run_cycles([s], seconds, [cycle])[0]
+                ra, rb = workers.run([s for s, _ in sides], seconds, cycles)
+                both[sides] = (ra, rb)
+            result["both_idle"] = summarise_both(result["slowdown"], cycled, both)
         return result
     finally:
         workers.close()
@@ -315,6 +378,21 @@ def table(result: dict[str, Any], title: str) -> str:
             f"| {r['combined_progress']:.2f} |"
             for r in result["pressure"]
         ]
+    if result.get("both_idle"):
+        lines += [
+            "",
+            "| a (duty) | b (duty) | p_a | p_b | slowdown a | b | model a | b "
+            "| jobs' progress | model | busy share only |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['a']} ({r['duty_a']:.2f}) | {r['b']} ({r['duty_b']:.2f}) "
+            f"| {r['pressure_a']:.2f} | {r['pressure_b']:.2f} "
+            f"| {r['slowdown_a']:.2f} | {r['slowdown_b']:.2f} "
+            f"| {r['model_a']:.2f} | {r['model_b']:.2f} | {r['jobs_progress']:.2f} "
+            f"| {r['model_jobs_progress']:.2f} | {r['busy_only_jobs_progress']:.2f} |"
+            for r in result["both_idle"]
+        ]
     return "\n".join(lines)
 
 
@@ -326,7 +404,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--no-pressure",
         action="store_true",
-        help="skip the duty-cycled co-runners (p x I check, time-slicing; ~1 min at 3 s windows)",
+        help="skip the duty-cycled co-runners (p x I check, time-slicing)",
+    )
+    ap.add_argument(
+        "--pressure-sets",
+        nargs="+",
+        choices=PRESSURE_SETS,
+        default=list(PRESSURE_SETS),
+        help="victim: a full-pressure victim beside a co-runner at duty 0.25/0.5/0.75 "
+        "(24 windows); both: both sides idle part of the time (9 windows)",
     )
     args = ap.parse_args(argv)
     try:
@@ -349,7 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
     t0 = time.perf_counter()
-    report["time_slicing"] = measure(args.seconds, pressure=not args.no_pressure)
+    report["time_slicing"] = measure(
+        args.seconds, pressure=() if args.no_pressure else args.pressure_sets
+    )
     print(table(report["time_slicing"], f"time-slicing on {report['gpu']}"))
     if not args.no_mps:
         with mps_daemon() as daemon:

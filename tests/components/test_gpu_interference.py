@@ -107,3 +107,28 @@ def test_skips_with_the_reason_when_there_is_no_gpu(tmp_path: Path) -> None:
     assert done.returncode == 77, done.stdout + done.stderr
     assert "SKIPPED" in done.stdout
     assert not out.exists()
+
+
+def test_two_idling_sides_are_each_judged_against_their_own_rate_alone(gi: ModuleType) -> None:
+    slowdown = {"memory": {"memory": 1.0}}
+    # each side alone at duty 0.5: rate 50, busy 0.5; side by side 40 each
+    cycled = {("memory", 0.5): (50.0, 0.5)}
+    pairs = {(("memory", 0.5), ("memory", 0.5)): (40.0, 40.0)}
+    (row,) = gi.summarise_both(slowdown, cycled, pairs)
+    assert row["slowdown_a"] == row["slowdown_b"] == 0.25
+    assert row["jobs_progress"] == 1.6  # 0.8 + 0.8
+    # the model stretches the waits too: 1 / (1 + 0.5 x 1.0) each
+    assert row["model_a"] == row["model_b"] == 0.5
+    assert row["model_jobs_progress"] == pytest.approx(1.333, abs=1e-3)
+    # only the busy share stretching: 1 / (1 + 0.5 x 0.5 x 1.0) each
+    assert row["busy_only_jobs_progress"] == 1.6
+    text = gi.table(
+        {
+            "alone": dict.fromkeys(gi.SHAPES, 1.0),
+            "slowdown": {s: dict.fromkeys(gi.SHAPES, 0.0) for s in gi.SHAPES},
+            "combined_progress": {},
+            "both_idle": [row],
+        },
+        "title",
+    )
+    assert "| memory (0.50) | memory (0.50) | 0.50 | 0.50 | 0.25 | 0.25 | 0.50 | 0.50 |" in text
