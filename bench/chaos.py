@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rlix.core import names
+from rlix.core.dra import claim_memory_mib
 from rlix.core.policy.placement.loads import node_load
 from rlix.core.snapshot import Workload
 from rlix.core.validation import parse
@@ -148,7 +149,7 @@ def memory_over(
                 continue
             gpu = f"{name}/{g.index}"
             published = g.capacity_mib + g.headroom_mib
-            peaks = [(w, w.peak_memory_mib or published) for w in g.residents]
+            peaks = [(w, claim_memory_mib(w.peak_memory_mib, published)) for w in g.residents]
             if sum(m for _, m in peaks) > published:
                 who = ", ".join(f"{w.name}:{m}" for w, m in peaks)
                 detail = f"claims {sum(m for _, m in peaks)} of {published} MiB ({who})"

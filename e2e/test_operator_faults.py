@@ -60,6 +60,22 @@ def rollout_role(*, replicas: int) -> dict[str, Any]:
     }
 
 
+def running(cluster: Any, namespace: str, job: dict[str, Any]) -> str:
+    """Apply ``job`` and wait until it runs; its name."""
+    name = str(job["metadata"]["name"])
+    apply(cluster, namespace, job)
+    wait_for("Running", lambda: state(cluster, namespace, name) == "Running")
+    return name
+
+
+def patch_status(cluster: Any, namespace: str, kind: str, name: str, fields: str) -> None:
+    """Merge ``fields`` (JSON) into an object's status, as its controller would."""
+    cluster.kubectl(
+        "patch", kind, name, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", f'{{"status":{fields}}}',
+    )  # fmt: skip
+
+
 def job_pods(cluster: Any, namespace: str, job: str) -> list[dict[str, Any]]:
     selector = f"{names.LABEL_JOB}={job}"
     items: list[dict[str, Any]] = get_json(cluster, "pods", "-n", namespace, "-l", selector)[
@@ -111,12 +127,8 @@ def test_pod_refused_by_a_quota_is_reported_on_the_job(
 def test_reapplied_job_replaces_the_orphaned_pod_of_its_predecessor(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    apply(cluster, namespace, rljob("again", trainer()))
-    wait_for("Running", lambda: state(cluster, namespace, "again") == "Running")
-    cluster.kubectl(
-        "patch", "pod", "again-policy-0", "-n", namespace, "--subresource=status",
-        "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}',
-    )  # fmt: skip
+    running(cluster, namespace, rljob("again", trainer()))
+    patch_status(cluster, namespace, "pod", "again-policy-0", '{"phase":"Succeeded"}')
     wait_for("Succeeded", lambda: state(cluster, namespace, "again") == "Succeeded")
     old = job_pods(cluster, namespace, "again")[0]["metadata"]["uid"]
     cluster.kubectl("delete", "rlj", "again", "-n", namespace, "--cascade=orphan")
@@ -144,15 +156,10 @@ def test_reapplied_job_replaces_the_orphaned_pod_of_its_predecessor(
 def test_finished_job_left_with_running_pods_is_cleaned_up_after_a_restart(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    rollout = rollout_role(replicas=3)
-    apply(cluster, namespace, rljob("left", trainer(), rollout))
-    wait_for("Running", lambda: state(cluster, namespace, "left") == "Running")
+    running(cluster, namespace, rljob("left", trainer(), rollout_role(replicas=3)))
     # What a crash between "mark Succeeded" and "delete the pods" leaves.
     operator.kill()
-    cluster.kubectl(
-        "patch", "rlj", "left", "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", '{"status":{"state":"Succeeded"}}',
-    )  # fmt: skip
+    patch_status(cluster, namespace, "rlj", "left", '{"state":"Succeeded"}')
     operator.start()
 
     def live() -> list[str]:
@@ -169,16 +176,11 @@ def test_finished_job_left_with_running_pods_is_cleaned_up_after_a_restart(
 def test_a_job_whose_trainer_finished_gets_no_pod_again_after_a_restart(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    rollout = rollout_role(replicas=2)
-    apply(cluster, namespace, rljob("half", trainer(), rollout))
-    wait_for("Running", lambda: state(cluster, namespace, "half") == "Running")
+    running(cluster, namespace, rljob("half", trainer(), rollout_role(replicas=2)))
     # What a crash between "delete the pods" and "mark Succeeded" leaves (a
     # chaos run's operator, SIGKILLed there, started both rollouts again).
     operator.kill()
-    cluster.kubectl(
-        "patch", "pod", "half-policy-0", "-n", namespace, "--subresource=status",
-        "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}',
-    )  # fmt: skip
+    patch_status(cluster, namespace, "pod", "half-policy-0", '{"phase":"Succeeded"}')
     cluster.kubectl("delete", "pod", "half-rollout-0", "half-rollout-1", "-n", namespace)
     operator.start()
     wait_for("Succeeded", lambda: state(cluster, namespace, "half") == "Succeeded")

@@ -196,6 +196,13 @@ class ClaimPlan:
     gpus: tuple[int, ...] = ()  # the indices the uuids name (the node's GPUs)
 
 
+def claim_memory_mib(peak_memory_mib: int, published_mib: int) -> int:
+    """A claim's memory on each of its GPUs: the pod's peak-phase memory (it keeps
+    its claim in every phase), or, when it declares none, the GPU's whole
+    published memory (the plain-Kubernetes meaning)."""
+    return peak_memory_mib if peak_memory_mib > 0 else published_mib
+
+
 def plan_claim(
     *,
     namespace: str,
@@ -218,9 +225,7 @@ def plan_claim(
             f"pod {namespace}/{name}: GPU index(es) {missing} are not in the node's "
             f"{DRIVER} ResourceSlice (it publishes {sorted(published)})"
         )
-    memory = peak_memory_mib
-    if memory <= 0:
-        memory = min(published[i].memory_mib for i in gpus)
+    memory = claim_memory_mib(peak_memory_mib, min(published[i].memory_mib for i in gpus))
     uuids = tuple(published[i].uuid for i in gpus)
     return ClaimPlan(namespace, name, uuids, memory, tuple(gpus))
 

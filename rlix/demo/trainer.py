@@ -7,8 +7,8 @@ and registers an offload hook over a buffer that stands in for its device
 memory, so a suspend really parks the bytes and a resume checks them.
 
 The trainer role finishes after ``--iterations``, waiting in its rollout and
-weight-sync phases while its job's whole rollout is parked; other roles (rollout servers,
-reference, reward) serve until their pod is deleted.
+weight-sync phases while its job's whole rollout is parked; other roles
+(rollout servers, reference, reward) serve until their pod is deleted.
 """
 
 from __future__ import annotations

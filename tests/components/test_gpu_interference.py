@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -77,16 +78,18 @@ def test_pressure_rows_put_the_measured_slowdown_beside_p_times_i(gi: ModuleType
         "model_co_runner": 2.0,
         "combined_progress": 1.2,  # 0.8 of the GEMM's GPU + 0.4 of the GEMV's
     }
-    text = gi.table(
-        {
-            "alone": dict.fromkeys(gi.SHAPES, 1.0),
-            "slowdown": {s: dict.fromkeys(gi.SHAPES, 0.0) for s in gi.SHAPES},
-            "combined_progress": {},
-            "pressure": [row],
-        },
-        "title",
-    )
+    text = gi.table(with_rows(gi, pressure=[row]), "title")
     assert "| compute | memory | 0.50 | 0.50 | 0.25 | 0.30 | 0.25 | 2.00 | 1.20 |" in text
+
+
+def with_rows(gi: ModuleType, **rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A result with an empty full-pressure part, for tables of the pressure rows."""
+    return {
+        "alone": dict.fromkeys(gi.SHAPES, 1.0),
+        "slowdown": {s: dict.fromkeys(gi.SHAPES, 0.0) for s in gi.SHAPES},
+        "combined_progress": {},
+        **rows,
+    }
 
 
 def test_skips_with_the_reason_when_there_is_no_gpu(tmp_path: Path) -> None:
@@ -122,13 +125,5 @@ def test_two_idling_sides_are_each_judged_against_their_own_rate_alone(gi: Modul
     assert row["model_jobs_progress"] == pytest.approx(1.333, abs=1e-3)
     # only the busy share stretching: 1 / (1 + 0.5 x 0.5 x 1.0) each
     assert row["busy_only_jobs_progress"] == 1.6
-    text = gi.table(
-        {
-            "alone": dict.fromkeys(gi.SHAPES, 1.0),
-            "slowdown": {s: dict.fromkeys(gi.SHAPES, 0.0) for s in gi.SHAPES},
-            "combined_progress": {},
-            "both_idle": [row],
-        },
-        "title",
-    )
+    text = gi.table(with_rows(gi, both_idle=[row]), "title")
     assert "| memory (0.50) | memory (0.50) | 0.50 | 0.50 | 0.25 | 0.25 | 0.50 | 0.50 |" in text

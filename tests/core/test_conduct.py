@@ -40,6 +40,19 @@ def rollout(name: str, job: str, *, priority: int = 0, gpu: int = 0, mib: int = 
     )
 
 
+def training(name: str, job: str, *, priority: int, mib: int) -> Workload:
+    """A job's trainer on GPU 0 of n1, in its training phase."""
+    return (
+        pod(name).job(job).role("trainer").memory(mib).phase("training")
+        .priority(priority).on("n1", 0).build()
+    )  # fmt: skip
+
+
+def parked(name: str, job: str, *, priority: int = 1, mib: int) -> Workload:
+    """A rollout on GPU 0 of n1, parked in place."""
+    return replace(rollout(name, job, priority=priority, mib=mib), suspended=True)
+
+
 def test_a_higher_priority_job_parks_the_least_harm_preemptible_rollout() -> None:
     low = rollout("low-0", "low", priority=1, gpu=0)
     other = replace(rollout("mid-0", "mid", priority=5, gpu=1), role="trainer", phase=None)
@@ -98,10 +111,7 @@ def test_a_co_residents_phase_over_physical_hbm_parks_the_lower_priority_one() -
 
 def test_overflow_with_nothing_parkable_is_said() -> None:
     low = replace(rollout("low-0", "low", priority=1, mib=40000), preemptible=False)
-    trainer = (
-        pod("hi-0").job("hi").role("trainer").memory(50000).phase("training")
-        .priority(5).on("n1", 0).build()
-    )  # fmt: skip
+    trainer = training("hi-0", "hi", priority=5, mib=50000)
     actions = decide(one_node(low, trainer), [], POLICY, clocks={}, now=0.0)
     assert [a.kind for a in actions] == [Kind.UNRESOLVED]
     assert actions[0].reason is Refusal.NOTHING_ELSE_WORKS
@@ -109,60 +119,54 @@ def test_overflow_with_nothing_parkable_is_said() -> None:
 
 
 def test_a_parked_job_resumes_once_its_memory_fits_and_not_before() -> None:
-    parked = replace(rollout("low-0", "low", priority=1, mib=40000), suspended=True)
-    busy = (
-        pod("mate-0").job("mate").role("trainer").memory(50000).phase("training")
-        .priority(1).on("n1", 0).build()
-    )  # fmt: skip
+    low = parked("low-0", "low", mib=40000)
+    busy = training("mate-0", "mate", priority=1, mib=50000)
     clocks = {"default/low": JobClock(suspended_at=0.0)}
-    assert decide(one_node(parked, busy), [], POLICY, clocks=clocks, now=10.0) == ()
+    assert decide(one_node(low, busy), [], POLICY, clocks=clocks, now=10.0) == ()
     calm = replace(busy, phase=None, memory_mib={k: 20000 for k in busy.memory_mib})
-    actions = decide(one_node(parked, calm), [], POLICY, clocks=clocks, now=10.0)
+    actions = decide(one_node(low, calm), [], POLICY, clocks=clocks, now=10.0)
     assert kinds(actions) == [("resume", "default/low", "MemoryFree")]
 
 
 def test_a_parked_job_waits_for_a_higher_class_beside_it_to_leave() -> None:
     """Memory alone would bring it back under the job admitted beside its
     parked memory, slowing that job (sharing rule 3: one class per GPU)."""
-    parked = replace(rollout("low-0", "low", priority=1, mib=40000), suspended=True)
-    high = (
-        pod("hi-0").job("hi").role("trainer").memory(20000).phase("training")
-        .priority(5).on("n1", 0).build()
-    )  # fmt: skip
+    low = parked("low-0", "low", mib=40000)
+    high = training("hi-0", "hi", priority=5, mib=20000)
     clocks = {"default/low": JobClock(suspended_at=0.0)}
-    assert decide(one_node(parked, high), [], POLICY, clocks=clocks, now=10.0) == ()
-    actions = decide(one_node(parked), [], POLICY, clocks=clocks, now=10.0)
+    assert decide(one_node(low, high), [], POLICY, clocks=clocks, now=10.0) == ()
+    actions = decide(one_node(low), [], POLICY, clocks=clocks, now=10.0)
     assert kinds(actions) == [("resume", "default/low", "MemoryFree")]
 
 
 def test_a_parked_job_does_not_come_back_as_a_third_job_on_its_gpu() -> None:
-    parked = replace(rollout("c-0", "c", priority=1, mib=20000), suspended=True)
+    c = parked("c-0", "c", mib=20000)
     a = rollout("a-0", "a", priority=1, mib=20000)
     b = rollout("b-0", "b", priority=1, mib=20000)
     clocks = {"default/c": JobClock(suspended_at=0.0)}
     # 60000 of 81920 MiB: memory alone would let it in, as a third job.
-    assert decide(one_node(parked, a, b), [], POLICY, clocks=clocks, now=10.0) == ()
-    actions = decide(one_node(parked, a), [], POLICY, clocks=clocks, now=10.0)
+    assert decide(one_node(c, a, b), [], POLICY, clocks=clocks, now=10.0) == ()
+    actions = decide(one_node(c, a), [], POLICY, clocks=clocks, now=10.0)
     assert kinds(actions) == [("resume", "default/c", "MemoryFree")]
 
 
 def test_a_job_parked_by_a_person_is_never_resumed_by_the_policy() -> None:
-    parked = replace(rollout("low-0", "low", priority=1, mib=40000), suspended=True)
+    low = parked("low-0", "low", mib=40000)
     clocks = {"default/low": JobClock(suspended_at=0.0)}
     actions = decide(
-        one_node(parked), [], POLICY, clocks=clocks, now=1e6, held=frozenset({"default/low"})
+        one_node(low), [], POLICY, clocks=clocks, now=1e6, held=frozenset({"default/low"})
     )
     assert actions == ()
 
 
 def test_bounded_suspension_an_aged_job_parks_lower_priority_work_to_come_back() -> None:
-    parked = replace(rollout("old-0", "old", priority=1, mib=60000), suspended=True)
+    old = parked("old-0", "old", mib=60000)
     newer = rollout("new-0", "new", priority=3, mib=60000)
     config = ConductConfig(max_suspended_s=100.0, aging_boost=1000, min_run_s=0.0)
     clocks = {"default/old": JobClock(suspended_at=0.0)}
-    young = decide(one_node(parked, newer), [], POLICY, clocks=clocks, now=50.0, config=config)
+    young = decide(one_node(old, newer), [], POLICY, clocks=clocks, now=50.0, config=config)
     assert young == (), "within the bound it waits"
-    aged = decide(one_node(parked, newer), [], POLICY, clocks=clocks, now=150.0, config=config)
+    aged = decide(one_node(old, newer), [], POLICY, clocks=clocks, now=150.0, config=config)
     assert kinds(aged) == [("suspend", "default/new", "Aged"), ("resume", "default/old", "Aged")]
 
 

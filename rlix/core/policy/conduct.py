@@ -275,9 +275,10 @@ def _fits_back(
             return False
         for i in w.gpu_indices:
             need[(w.node, i)] = need.get((w.node, i), 0) + w.memory_in(w.phase)
-            others = [r for r in _resident(trial, w.node, i) if r.job != w.job]
-            if rules is not None and others and not joinable(rules, w, others):
-                return False
+            if rules is not None:
+                others = [r for r in _resident(trial, w.node, i) if r.job != w.job]
+                if others and not joinable(rules, w, others):
+                    return False
     for (node, i), mib in need.items():
         used = sum(r.memory_in(r.phase) for r in _resident(trial, node, i))
         if used + mib > _gpu_memory(trial, node, i):

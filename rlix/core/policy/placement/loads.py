@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rlix.core.dra import claim_memory_mib
 from rlix.core.phases import ITERATION_ORDER, Phase
 from rlix.core.policy.placement.memo import LoadMemo
 from rlix.core.policy.placement.sharing import SharingRules, joinable, pair_traits
@@ -122,7 +123,9 @@ class GPULoad:
             return None
         published = self.capacity_mib + self.headroom_mib
         return self.claimed_mib - sum(
-            claim_mib(r, published) for r in self.residents if r.name in names
+            claim_memory_mib(r.peak_memory_mib, published)
+            for r in self.residents
+            if r.name in names
         )
 
     def parked_without(self, names: set[str]) -> int:
@@ -173,11 +176,6 @@ def _holds(
     # residents' claims. A new pod's demand (no phase yet) is its peak: its claim.
     taken = max(owed + parked_mib, claimed_mib or 0)
     return capacity_mib + headroom_mib - taken >= demand_mib
-
-
-def claim_mib(workload: Workload, published_mib: int) -> int:
-    """Per-GPU memory a resident's ResourceClaim holds (``rlix.core.dra.plan_claim``)."""
-    return workload.peak_memory_mib if workload.peak_memory_mib > 0 else published_mib
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +297,8 @@ def node_load(node: Node, residents: Iterable[Workload]) -> NodeLoad:
                 parked[p] += debt  # held apart: it takes published headroom only
             else:
                 owed[p] += debt
-            claimed[p] += claim_mib(w, caps[p][1] + _headroom(caps[p][1], overcommit))
+            published = caps[p][1] + _headroom(caps[p][1], overcommit)
+            claimed[p] += claim_memory_mib(w.peak_memory_mib, published)
             holders[p].append(w)
             debts[p].append(debt)
     gpus = tuple(
