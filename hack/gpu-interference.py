@@ -144,7 +144,7 @@ class Workers:
     def run(
         self, shapes: Sequence[str], seconds: float, cycles: Sequence[tuple[int, float]] = ()
     ) -> list[float]:
-        """Each shape's rate over one common window, at full pressure."""
+        """Each shape's rate over one common window (``cycles`` as in ``run_cycles``)."""
         return [rate for rate, _ in self.run_cycles(shapes, seconds, cycles)]
 
     def run_cycles(
