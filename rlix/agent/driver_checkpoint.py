@@ -13,7 +13,10 @@ have compared bytes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
+
+from rlix.core import mps
 
 
 class CheckpointUnsupportedError(Exception):
@@ -45,10 +48,17 @@ class NoCheckpointer:
 
 
 class CudaDriverCheckpointer:
-    def __init__(self, *, lock_timeout_ms: int = 10_000) -> None:
+    def __init__(
+        self, *, lock_timeout_ms: int = 10_000, proc_root: str = "/proc", module: Any = None
+    ) -> None:
+        """``module``: ``cuda.core.checkpoint`` or an object with its ``Process``
+        (tests pass one; by default it is imported and the driver probed)."""
         self._lock_timeout_ms = lock_timeout_ms
-        self._module: Any = None
+        self._proc_root = proc_root
+        self._module: Any = module
         self._reason: str | None = None
+        if module is not None:
+            return
         try:
             from cuda.core import checkpoint  # type: ignore[import-untyped,import-not-found,unused-ignore]
         except ImportError as exc:
@@ -71,13 +81,26 @@ class CudaDriverCheckpointer:
     def suspend(self, pid: int) -> None:
         proc = self._process(pid)
         try:
-            proc.lock(timeout_ms=self._lock_timeout_ms)
-        except TypeError:
-            proc.lock()
-        try:
-            proc.checkpoint()
-        except Exception:
-            proc.unlock()  # never leave the process frozen after a failed checkpoint
+            try:
+                proc.lock(timeout_ms=self._lock_timeout_ms)
+            except TypeError:
+                proc.lock()
+            try:
+                proc.checkpoint()
+            except Exception:
+                proc.unlock()  # never leave the process frozen after a failed checkpoint
+                raise
+        except Exception as exc:
+            # The driver refuses MPS clients with the message it gives for an old
+            # driver ("not supported by the installed NVIDIA driver"), measured on
+            # driver 580 where the same call checkpoints a plain process
+            # (bench/results/gpu_mps.md). Say what is really unsupported.
+            if is_mps_client(pid, self._proc_root):
+                raise CheckpointUnsupportedError(
+                    f"pid {pid} is a CUDA MPS client ({mps.ENV_PIPE} is set): the driver does "
+                    "not checkpoint MPS clients; its memory can be parked only through the "
+                    f"client library's offload hooks (rlix.register_torch). Driver: {exc}"
+                ) from None
             raise
 
     def resume(self, pid: int) -> None:
@@ -109,3 +132,17 @@ def _probe_driver() -> str | None:
     except Exception as exc:  # no libcuda, wrong bindings: all mean "unsupported here"
         return f"no usable CUDA driver: {type(exc).__name__}: {exc}"
     return None
+
+
+def is_mps_client(pid: int, proc_root: str = "/proc") -> bool:
+    """Whether ``pid`` started with an MPS pipe directory (as RLix's MPS roles do).
+
+    Read from ``/proc/<pid>/environ`` (the agent runs with hostPID and
+    privilege); a process that cannot be read is not called one.
+    """
+    try:
+        raw = (Path(proc_root) / str(pid) / "environ").read_bytes()
+    except OSError:
+        return False
+    prefix = f"{mps.ENV_PIPE}=".encode()
+    return any(entry.startswith(prefix) and len(entry) > len(prefix) for entry in raw.split(b"\0"))
