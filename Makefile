@@ -145,10 +145,12 @@ chaos: venv toolchain ## Chaos run: a few hundred RLJobs, operator/extender/agen
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/chaos.py $(CHAOS_ARGS)
 
 .PHONY: gpu-check
-gpu-check: venv ## Tier 5 on a GPU machine: suspend/resume 1/16/64 GB vs the pinned-copy floor, relocation, driver checkpoint, two-process interference (skips without a GPU)
+gpu-check: venv ## Tier 5 on a GPU machine: suspend/resume 1/16/64 GB vs the pinned-copy floor, relocation, driver checkpoint, two-process interference, MPS as RLix runs it (skips without a GPU)
 	@$(PY) hack/gpu-check.py; rc=$$?; if [ $$rc -eq 77 ]; then echo "gpu tier skipped (no NVIDIA GPU here)"; exit 0; fi; \
 		[ $$rc -eq 0 ] || exit $$rc; \
-		$(PY) hack/gpu-interference.py --out bench/results/gpu_interference.json
+		$(PY) hack/gpu-interference.py --out bench/results/gpu_interference.json || exit $$?; \
+		$(PY) hack/gpu-mps.py --out bench/results/gpu_mps.json; rc=$$?; \
+		if [ $$rc -eq 77 ]; then echo "MPS part skipped (no nvidia-cuda-mps-control)"; exit 0; fi; exit $$rc
 
 .PHONY: clean
 clean: ## Remove the virtual environment and build leftovers (keeps the toolchain cache)

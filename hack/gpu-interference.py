@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import combinations_with_replacement
 from pathlib import Path
@@ -126,14 +126,22 @@ def _worker(conn: Any) -> None:
 
 
 class Workers:
-    def __init__(self, n: int) -> None:
+    def __init__(
+        self,
+        n: int,
+        envs: Sequence[dict[str, str]] = (),
+        target: Callable[[Any], None] = _worker,
+    ) -> None:
+        """``envs[i]``: variables worker i starts with (an MPS client's thread
+        share and memory limit are read once, when its CUDA context is made)."""
         ctx = mp.get_context("spawn")
         self.conns = []
         self.procs = []
-        for _ in range(n):
+        for i in range(n):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(child,), daemon=True)
-            p.start()
+            p = ctx.Process(target=target, args=(child,), daemon=True)
+            with _environ(envs[i] if i < len(envs) else {}):
+                p.start()  # a spawned child copies os.environ here
             self.conns.append(parent)
             self.procs.append(p)
         for c in self.conns:
@@ -306,6 +314,25 @@ def measure(seconds: float, pressure: Sequence[str] = ()) -> dict[str, Any]:
         return result
     finally:
         workers.close()
+
+
+@contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``env`` set (a value of "" removes the variable), then as it was."""
+    old = {k: os.environ.get(k) for k in env}
+    for k, v in env.items():
+        if v:
+            os.environ[k] = v
+        else:
+            os.environ.pop(k, None)
+    try:
+        yield
+    finally:
+        for k, was in old.items():
+            if was is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = was
 
 
 @contextmanager

@@ -233,7 +233,10 @@ class Mps(_Model):
         ge=1,
         le=100,
         description="Share of each GPU's SMs one process of the role may use "
-        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); unset: all of them.",
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); unset: all of them. Measured on an H200 "
+        "(bench/results/gpu_mps.md): a limit slows the process even alone and lets "
+        "co-runners overlap no better; set one only to keep a bandwidth-bound process "
+        "from starving beside a compute-bound one.",
     )
 
 

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.support.scripts import (
+    assert_skips_without_gpu,
+    load_script,
+    torch_sees_a_gpu,
+)
+
 SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "gpu-interference.py"
 
 
 @pytest.fixture(scope="module")
 def gi() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_interference", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "gpu_interference")
 
 
 def test_slowdown_is_the_simulators_coefficient(gi: ModuleType) -> None:
@@ -93,23 +92,9 @@ def with_rows(gi: ModuleType, **rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_skips_with_the_reason_when_there_is_no_gpu(tmp_path: Path) -> None:
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None and torch.cuda.is_available():
+    if torch_sees_a_gpu():
         pytest.skip("a GPU is present: the skip path cannot be exercised here")
-    out = tmp_path / "i.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 77, done.stdout + done.stderr
-    assert "SKIPPED" in done.stdout
-    assert not out.exists()
+    assert_skips_without_gpu(SCRIPT, tmp_path / "i.json")
 
 
 def test_two_idling_sides_are_each_judged_against_their_own_rate_alone(gi: ModuleType) -> None:
