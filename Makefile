@@ -11,6 +11,9 @@ CLUSTER ?= rlix-dev
 NODES ?= 4
 GPUS ?= 8
 GPU_MEMORY_MIB ?= 81920
+# Where make gpu-check writes its JSON: not bench/results, whose gpu_interference.json is the
+# simulator's shipped matrix and must change only on purpose.
+GPU_OUT ?= build/gpu
 REAL_NODES ?= 0
 PYTEST_ARGS ?=
 CHAOS_ARGS ?=
@@ -147,10 +150,12 @@ chaos: venv toolchain ## Chaos run: a few hundred RLJobs, operator/extender/agen
 .PHONY: gpu-check
 gpu-check: venv ## Tier 5 on a GPU machine: suspend/resume 1/16/64 GB vs the pinned-copy floor, relocation, driver checkpoint, two-process interference, MPS as RLix runs it (skips without a GPU)
 	@$(PY) hack/gpu-check.py; rc=$$?; if [ $$rc -eq 77 ]; then echo "gpu tier skipped (no NVIDIA GPU here)"; exit 0; fi; \
-		[ $$rc -eq 0 ] || exit $$rc; \
-		$(PY) hack/gpu-interference.py --out bench/results/gpu_interference.json || exit $$?; \
-		$(PY) hack/gpu-mps.py --out bench/results/gpu_mps.json; rc=$$?; \
-		if [ $$rc -eq 77 ]; then echo "MPS part skipped (no nvidia-cuda-mps-control)"; exit 0; fi; exit $$rc
+		[ $$rc -eq 0 ] || exit $$rc; mkdir -p $(GPU_OUT); \
+		$(PY) hack/gpu-interference.py --out $(GPU_OUT)/gpu_interference.json || exit $$?; \
+		$(PY) hack/gpu-mps.py --out $(GPU_OUT)/gpu_mps.json; rc=$$?; \
+		if [ $$rc -eq 77 ]; then echo "MPS part skipped (no nvidia-cuda-mps-control)"; rc=0; fi; \
+		echo "raw results in $(GPU_OUT)/; bench/results/gpu_interference.json is the simulator's"; \
+		echo "shipped matrix (MEASURED_H200_CELLS): copy a run over it only to change that default"; exit $$rc
 
 .PHONY: clean
 clean: ## Remove the virtual environment and build leftovers (keeps the toolchain cache)
