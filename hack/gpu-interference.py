@@ -166,6 +166,15 @@ class Workers:
             c.send((s, start, seconds, burst, idle))
         return [c.recv() for c in self.conns[: len(shapes)]]
 
+    def run_alone(
+        self, index: int, shape: str, seconds: float, cycle: tuple[int, float] = (4, 0.0)
+    ) -> float:
+        """Worker ``index``'s rate with the others sent nothing (idle, their
+        contexts kept): ``cycle`` as in ``run_cycles``."""
+        self.conns[index].send((shape, time.time() + 0.2, seconds, *cycle))
+        rate, _ = self.conns[index].recv()
+        return float(rate)
+
     def close(self) -> None:
         for c in self.conns:
             c.send(None)
@@ -335,14 +344,21 @@ def _environ(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = was
 
 
+def find_mps_control() -> str | None:
+    """``nvidia-cuda-mps-control`` on PATH, or where NVIDIA's container toolkit puts it."""
+    for candidate in (
+        shutil.which("nvidia-cuda-mps-control"),
+        "/usr/local/nvidia/bin/nvidia-cuda-mps-control",
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
 @contextmanager
 def mps_daemon() -> Iterator[str | None]:
     """Start an MPS control daemon for this run; yields None (with why) where none runs."""
-    binary = shutil.which("nvidia-cuda-mps-control") or (
-        "/usr/local/nvidia/bin/nvidia-cuda-mps-control"
-        if Path("/usr/local/nvidia/bin/nvidia-cuda-mps-control").exists()
-        else None
-    )
+    binary = find_mps_control()
     if binary is None:
         print("MPS: nvidia-cuda-mps-control not found; pairs measured with time-slicing only")
         yield None

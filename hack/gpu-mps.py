@@ -39,7 +39,6 @@ import importlib.util
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,16 +90,6 @@ def _worker(conn: Any) -> None:
     _interference()._worker(conn)
 
 
-def find_binary() -> str | None:
-    for candidate in (
-        shutil.which(mps.CONTROL_BINARY),
-        f"/usr/local/nvidia/bin/{mps.CONTROL_BINARY}",
-    ):
-        if candidate and Path(candidate).exists():
-            return candidate
-    return None
-
-
 def client_env(paths: mps.MpsPaths, percentage: int | None, budget_mib: int) -> dict[str, str]:
     """What rlix.core.mps gives a role's container, as a plain mapping."""
     env = mps.client_env(paths, gpus=1, budget_mib=budget_mib, active_thread_percentage=percentage)
@@ -150,16 +139,12 @@ def measure_split(
     try:
         if observe is not None:
             observe()
-        raw["alone"] = [
-            workers.run([shapes[0]], seconds)[0],
-            _second_alone(workers, shapes[1], seconds, (4, 0.0)),
-        ]
+        raw["alone"] = [workers.run_alone(i, shapes[i], seconds) for i in (0, 1)]
         raw["shared"] = workers.run(shapes, seconds)
         for d in DUTIES:
             cycles = [gi.duty_cycle(full[s], s, d) for s in shapes]
             raw[f"alone_{d}"] = [
-                workers.run_cycles([shapes[0]], seconds, [cycles[0]])[0][0],
-                _second_alone(workers, shapes[1], seconds, cycles[1]),
+                workers.run_alone(i, shapes[i], seconds, cycles[i]) for i in (0, 1)
             ]
             raw[f"shared_{d}"] = workers.run(shapes, seconds, cycles)
     finally:
@@ -182,21 +167,13 @@ def measure_split(
     return out
 
 
-def _second_alone(workers: Any, shape: str, seconds: float, cycle: tuple[int, float]) -> float:
-    """Worker 1's rate alone: worker 0 is sent nothing, so it stays idle."""
-    start = time.time() + 0.2
-    workers.conns[1].send((shape, start, seconds, cycle[0], cycle[1]))
-    rate, _ = workers.conns[1].recv()
-    return float(rate)
-
-
 def measure_full(
     seconds: float,
 ) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, Any]]:
     """Each shape with the GPU to itself (full pressure and at each duty), and
     the time-slicing compute+memory pair, before any MPS runs."""
     gi = _interference()
-    no_mps = {"CUDA_MPS_PIPE_DIRECTORY": "", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": ""}
+    no_mps = {mps.ENV_PIPE: "", mps.ENV_THREADS: ""}
     shapes = ("compute", "memory")
     workers = gi.Workers(2, envs=[no_mps, no_mps], target=_worker)
     full_duty: dict[str, dict[str, float]] = {}
@@ -713,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(table(earlier))
         return 0
-    binary = find_binary()
+    binary = _interference().find_mps_control()
     reason = skipped_reason(binary)
     if reason is not None or binary is None:
         print(f"gpu-mps: SKIPPED: {reason}")

@@ -112,3 +112,17 @@ def test_two_idling_sides_are_each_judged_against_their_own_rate_alone(gi: Modul
     assert row["busy_only_jobs_progress"] == 1.6
     text = gi.table(with_rows(gi, both_idle=[row]), "title")
     assert "| memory (0.50) | memory (0.50) | 0.50 | 0.50 | 0.25 | 0.25 | 0.50 | 0.50 |" in text
+
+
+def test_one_worker_runs_alone_while_the_others_are_sent_nothing(gi: ModuleType) -> None:
+    from tests.support.echo_worker import echo_worker
+
+    workers = gi.Workers(2, target=echo_worker)
+    try:
+        # "memory" (6 letters), full pressure (4 steps a burst, no wait), 2 s
+        assert workers.run_alone(1, "memory", 2.0) == pytest.approx(6004.02)
+        assert workers.run_alone(0, "compute", 1.0, (3, 0.5)) == pytest.approx(7003.51)
+        # nothing was left unanswered on either pipe
+        assert not workers.conns[0].poll(0.1) and not workers.conns[1].poll(0.1)
+    finally:
+        workers.close()
