@@ -32,7 +32,7 @@ from typing import Any
 from rlix.core.policy.ordering import CLASS_GRACE, DEFAULT_GRACE, TOP_GRACE, Grace, parse_share
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.engine import SimConfig, simulate
-from rlix.core.sim.interference import ASSUMED, DEFAULT, Interference, from_document
+from rlix.core.sim.interference import ASSUMED, DEFAULT, Interference, from_json
 from rlix.core.sim.metrics import Bounds, SimResult, bounds, pair_ceiling
 from rlix.core.sim.mixes import MIXES as KNOWN
 from rlix.core.sim.mixes import closed_batch, expected_gpu_s, make_mix
@@ -542,14 +542,8 @@ def plot(mix: str, results: list[Any], out: Path) -> list[Path]:
 
 def load_interference(path: Path, mode: str) -> Interference:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"--interference {path}: {e}") from e
-    if not isinstance(doc, dict):
-        raise SystemExit(f"--interference {path}: not a JSON object")
-    try:
-        return from_document(doc, mode, name=f"{path.stem}-{mode}")
-    except ValueError as e:
+        return from_json(path.read_text(encoding="utf-8"), mode, name=f"{path.stem}-{mode}")
+    except (OSError, ValueError) as e:
         raise SystemExit(f"--interference {path}: {e}") from e
 
 

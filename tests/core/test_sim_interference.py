@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlix.core.phases import Phase, Shape
-from rlix.core.sim.interference import ASSUMED, DEFAULT, MEASURED_H200, from_document
+from rlix.core.sim.interference import ASSUMED, DEFAULT, MEASURED_H200, from_document, from_json
 
 MEASURED = Path(__file__).resolve().parents[2] / "bench" / "results" / "gpu_interference.json"
 
@@ -59,3 +59,12 @@ def test_a_malformed_document_is_an_error_naming_the_cell(
 def test_an_unknown_mode_is_an_error() -> None:
     with pytest.raises(ValueError, match="'nvlink'"):
         from_document({}, "nvlink")
+
+
+def test_a_matrix_files_text_that_is_not_a_json_object_says_so() -> None:
+    with pytest.raises(ValueError, match="not JSON"):
+        from_json("{time_slicing")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        from_json("[1, 2]")
+    with pytest.raises(ValueError, match=r"mps\.slowdown"):
+        from_json('{"time_slicing": {}}', "mps")

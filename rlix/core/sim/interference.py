@@ -30,6 +30,7 @@ matrix measured on other hardware loads without a code change.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -136,6 +137,18 @@ def from_document(
             rows[a][b] = max(0.0, float(value))
     gpu = doc.get("gpu", "unknown GPU")
     return _matrix(name or f"measured-{mode}", f"measured on {gpu} ({mode})", rows)
+
+
+def from_json(text: str, mode: str = "time_slicing", name: str | None = None) -> Interference:
+    """``from_document`` on a file's text; ValueError (saying why) for text that is
+    not a JSON object, as for a bad cell. Callers read the file and name it."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return from_document(doc, mode, name)
 
 
 def slowdown(victim: Phase, other: Phase) -> float:
