@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from e2e.kube import wait_for
 from rlix.core import names
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster
@@ -169,3 +171,25 @@ def remove_agent(cluster: DevCluster, ns: str, objects: list[dict[str, Any]]) ->
             cluster.kubectl(
                 "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False
             )
+
+
+@contextmanager
+def agent_daemonset(
+    cluster: DevCluster,
+    node: realnode.RealNode,
+    prefix: str,
+    values: Mapping[str, Any] | None = None,
+) -> Iterator[tuple[str, str]]:
+    """The chart's node agent (``agent_objects`` with ``values``) running on the
+    real node in a namespace of its own: (namespace, pod name); removed after."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", ns)
+    objects = agent_objects(cluster, node, ns, values)
+    try:
+        cluster.apply(objects)
+        pod = wait_for(
+            "the node agent's pod to run", lambda: running_agent(cluster, ns), timeout_s=180
+        )
+        yield ns, pod
+    finally:
+        remove_agent(cluster, ns, objects)

@@ -32,7 +32,7 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, get_json, wait_for
-from e2e.realnode_pods import advertised_gpus, agent_objects, remove_agent, running_agent
+from e2e.realnode_pods import advertised_gpus, agent_daemonset
 from rlix.agent.cgroups import pod_uid_from_cgroup
 from rlix.core import names
 from rlix.devcluster import realnode
@@ -65,16 +65,7 @@ def agent(
     dev: DevCluster, real_node: realnode.RealNode, gpu_node: str
 ) -> Iterator[tuple[str, str]]:
     """The node agent's DaemonSet pod on the real node: (namespace, pod name)."""
-    ns = f"rlix-agent-{uuid.uuid4().hex[:8]}"
-    dev.kubectl("create", "namespace", ns)
-    objects = agent_objects(dev, real_node, ns)
-    try:
-        dev.apply(objects)
-        pod = wait_for(
-            "the node agent's pod to run",
-            lambda: running_agent(dev, ns),
-            timeout_s=180,
-        )
+    with agent_daemonset(dev, real_node, "rlix-agent") as (ns, pod):
         try:
             wait_for(
                 "the node agent to publish its GPUs on the node",
@@ -85,8 +76,6 @@ def agent(
             logs = dev.kubectl("logs", "-n", ns, pod, "--tail=40", check=False)
             raise AssertionError(f"{exc}\n--- agent ---\n{logs.stdout}{logs.stderr}") from None
         yield ns, pod
-    finally:
-        remove_agent(dev, ns, objects)
 
 
 def _annotations(cluster: DevCluster, *args: str) -> dict[str, str]:

@@ -24,8 +24,9 @@ from rlix.core import agent_protocol as proto
 
 log = logging.getLogger(__name__)
 
-# Handler: the reply line to send for a request (or raise proto.ProtocolError).
-RequestHandler = Callable[["Connection", proto.Request], bytes]
+# Handler: the reply line to send for a request (or raise proto.ProtocolError);
+# None when the handler answers later itself (``send``), as the phase gate does.
+RequestHandler = Callable[["Connection", proto.Request], bytes | None]
 
 
 class ConnectionClosedError(Exception):
@@ -147,7 +148,12 @@ class Connection:
         except Exception as exc:  # a handler bug must not kill the connection or agent
             log.exception("handler failed for op %s from pid %s", msg.op, self.pid)
             out = proto.encode_error(msg.id, proto.E_FAILED, f"internal error: {exc}")
-        self._safe_send(out)
+        if out is not None:
+            self._safe_send(out)
+
+    def send_later(self, line: bytes) -> None:
+        """Send an answer from another thread (a held reply); a gone peer is ignored."""
+        self._safe_send(line)
 
     def _safe_send(self, line: bytes) -> None:
         with contextlib.suppress(OSError):  # the peer is gone; the read loop notices

@@ -22,6 +22,7 @@ from rlix.agent.identities import CgroupResolver, PodDirectory, static_directory
 from rlix.agent.metrics import AgentMetrics
 from rlix.agent.park_space import ParkSpace
 from rlix.agent.parking_state import StateStore
+from rlix.agent.phase_gate import PhaseGate, load_rules
 from rlix.agent.preemption import Preemption
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.publishing import FilePublisher, Publisher
@@ -257,6 +258,36 @@ def build_parser() -> argparse.ArgumentParser:
         "spec injects the device nodes and driver libraries (default: none, as for "
         "simulated GPUs)",
     )
+    p.add_argument(
+        "--phase-gate",
+        action="store_true",
+        help="take turns on shared GPUs: a trainer process about to enter a busy phase "
+        "(rollout, scoring, training; the client library asks at each phase boundary) "
+        "waits while entering would make a GPU its pod shares with a working pod "
+        "deliver less than that pod alone, by the interference matrix; a copy "
+        "(weight-sync) beside a kernel goes in (docs/node-agent.md, 'The phase gate')",
+    )
+    p.add_argument(
+        "--interference",
+        type=Path,
+        default=None,
+        help="with --phase-gate: the interference matrix, a JSON file `make gpu-check` "
+        "writes for this node's GPUs (default: the H200 matrix the simulator ships, "
+        "measured with time-slicing)",
+    )
+    p.add_argument(
+        "--interference-mode",
+        choices=("time_slicing", "mps"),
+        default="time_slicing",
+        help="which of the file's tables: how the node's GPUs are shared (default: %(default)s)",
+    )
+    p.add_argument(
+        "--phase-gate-max-wait",
+        type=float,
+        default=600.0,
+        help="seconds a process waits at the gate at most; then it goes in beside "
+        "whoever works (default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
 
@@ -376,6 +407,60 @@ def _start_mps(args: argparse.Namespace, api: object | None, stop: threading.Eve
     threading.Thread(target=supervisor.run, args=(stop,), name="rlix-mps", daemon=True).start()
 
 
+def _phase_gate(
+    args: argparse.Namespace,
+    backend: GpuBackend,
+    resolver: CgroupResolver,
+    preemption: Preemption,
+    metrics: AgentMetrics,
+) -> PhaseGate | None:
+    """The phase gate for --phase-gate (None without it); ValueError for a bad matrix."""
+    if not args.phase_gate:
+        return None
+    rules = load_rules(args.interference, args.interference_mode)
+
+    def pod_gpus() -> dict[str, frozenset[int]]:
+        held: dict[str, set[int]] = {}
+        for proc in backend.processes():
+            uid = resolver.pod_uid(proc.pid)
+            if uid is not None:
+                held.setdefault(uid, set()).add(proc.gpu_index)
+        return {uid: frozenset(gpus) for uid, gpus in held.items()}
+
+    def waited(seconds: float, at_bound: bool) -> None:
+        outcome = "bound" if at_bound else "turn"
+        metrics.phase_gate_waits.labels(args.node_name, outcome).observe(seconds)
+
+    return PhaseGate(
+        rules,
+        args.phase_gate_max_wait,
+        gpus=pod_gpus,
+        parked=lambda uid: preemption.parked_bytes(uid) is not None,
+        on_wait=waited,
+    )
+
+
+def _start_phase_gate(
+    args: argparse.Namespace, gate: PhaseGate, server: AgentServer, preemption: Preemption
+) -> None:
+    """Decide again whenever memory moves (a parked pod holds nothing; a restored
+    one may be waited for), and wake waiters at their bound."""
+
+    def memory_moved() -> None:
+        server.publish_gpus()
+        gate.poke()
+
+    preemption.on_memory_moved = memory_moved
+    threading.Thread(
+        target=gate.run, args=(server.stopped,), name="rlix-phase-gate", daemon=True
+    ).start()
+    logging.info(
+        "phase gate on (waits at most %.0f s; matrix: %s)",
+        args.phase_gate_max_wait,
+        args.interference or "the shipped H200 measurement",
+    )
+
+
 def _gpu_backend(args: argparse.Namespace) -> tuple[GpuBackend, Checkpointer, DeviceRelocator]:
     """The GPUs, the driver checkpointer and the relocator for --backend."""
     if args.backend == "simulated":
@@ -450,6 +535,10 @@ def _argument_error(args: argparse.Namespace) -> str | None:
             return f"--vendor-cdi-device: {exc}"
     if args.pod_map is not None and not args.no_kube:
         return "--pod-map only applies with --no-kube"
+    if not args.phase_gate and args.interference is not None:
+        return "--interference is the phase gate's matrix: give --phase-gate too"
+    if args.phase_gate_max_wait <= 0:
+        return f"--phase-gate-max-wait must be > 0 seconds, got {args.phase_gate_max_wait}"
     return None
 
 
@@ -486,17 +575,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.error("unreadable suspended-pod record (kept for inspection): %s", problem)
     metrics = AgentMetrics(args.node_name)
     metrics.watch(backend.gpus, lambda: list(preemption.suspended.values()))
+    resolver = CgroupResolver(proc_root=args.proc_root, directory=_pod_directory(args, api))
+    try:
+        gate = _phase_gate(args, backend, resolver, preemption, metrics)
+    except ValueError as exc:
+        print(f"rlix-node-agent: {exc}", file=sys.stderr)
+        return 2
     server = AgentServer(
         socket_path=args.socket,
         node_name=args.node_name,
-        resolver=CgroupResolver(proc_root=args.proc_root, directory=_pod_directory(args, api)),
+        resolver=resolver,
         backend=backend,
         publisher=publisher,
         preemption=preemption,
         now=now,
         control_pod_uid=args.control_pod_uid,
         metrics=metrics,
+        gate=gate,
     )
+
     preemption.on_memory_moved = server.publish_gpus
     server.bind()
     if args.metrics_port:
@@ -525,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         relocator.unsupported_reason() or "available",
         args.park_dir,
     )
+    if gate is not None:
+        _start_phase_gate(args, gate, server, preemption)
     if args.mps:
         _start_mps(args, api, server.stopped)
     if api is not None:

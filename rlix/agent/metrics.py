@@ -114,6 +114,15 @@ class AgentMetrics:
             ["node", "namespace", "pod", "gpu"],
             registry=self.registry,
         )
+        self.phase_gate_waits = Histogram(
+            "rlix_agent_phase_gate_wait_seconds",
+            "How long a process waited at the phase gate before entering a busy phase, "
+            "by outcome (turn: the GPU was its to take; bound: it went in at "
+            "--phase-gate-max-wait)",
+            ["node", "outcome"],
+            buckets=(*SUSPEND_BUCKETS, 600, 1800),
+            registry=self.registry,
+        )
         self.resume_seconds = Histogram(
             "rlix_agent_resume_seconds",
             "Time to resume a pod (memory back and checked), by reason",

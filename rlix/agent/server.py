@@ -27,6 +27,7 @@ from rlix.agent.connections import Connection
 from rlix.agent.gpus import BackendUnsupportedError, GpuBackend, gpu_annotation_doc
 from rlix.agent.identities import CgroupResolver, UnknownCallerError, peer_credentials
 from rlix.agent.metrics import AgentMetrics
+from rlix.agent.phase_gate import PhaseGate
 from rlix.agent.preemption import Preemption, rfc3339
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.rosters import Rosters
@@ -52,6 +53,7 @@ class AgentServer:
         control_pod_uid: str | None = None,
         metrics: AgentMetrics | None = None,
         rosters: Rosters | None = None,
+        gate: PhaseGate | None = None,
     ) -> None:
         # The agent's own pod: `kubectl exec` into it runs `rlix agent ...`,
         # which is a process in a pod but is the node's administrator.
@@ -76,6 +78,8 @@ class AgentServer:
         self.metrics = metrics or AgentMetrics(node_name)
         # Each pod's elastic roster, filled by the conducting loop (None: no API server).
         self.rosters = rosters or Rosters()
+        # The phase gate (--phase-gate): None answers every phase report at once.
+        self.gate = gate
 
     # -- lifecycle ---------------------------------------------------------------
     def bind(self) -> None:
@@ -143,8 +147,10 @@ class AgentServer:
         finally:
             if caller.pod is not None:
                 self.preemption.detach(conn)
+                if self.gate is not None:
+                    self.gate.leave(conn)
 
-    def _handle(self, conn: Connection, req: proto.Request) -> bytes:
+    def _handle(self, conn: Connection, req: proto.Request) -> bytes | None:
         pod = conn.caller.pod
         if req.op in proto.AGENT_OPS:
             raise proto.ProtocolError(
@@ -174,7 +180,7 @@ class AgentServer:
             )
         return self._control_op(req)
 
-    def _client_op(self, conn: Connection, req: proto.Request) -> bytes:
+    def _client_op(self, conn: Connection, req: proto.Request) -> bytes | None:
         pod = conn.caller.pod
         assert pod is not None
         if req.op == proto.OP_HELLO:
@@ -185,7 +191,10 @@ class AgentServer:
                 )
             conn.hooks = tuple(hooks)
             state = self.preemption.on_hello(conn, req.args.get("parked"))
-            return proto.encode_reply(req.id, pod=pod.key, node=self._node, **state)
+            # A client that is told of the gate asks it at each phase start
+            # ("wait") and reports when it leaves its phases (idle).
+            gate = None if self.gate is None else {"maxWaitS": self.gate.max_wait_s}
+            return proto.encode_reply(req.id, pod=pod.key, node=self._node, phaseGate=gate, **state)
         if req.op == proto.OP_PHASE:
             raw = proto.require_str(req, "phase")
             phase = Phase.parse(raw)
@@ -194,6 +203,13 @@ class AgentServer:
                 raise proto.ProtocolError(
                     proto.E_BAD_FIELD, f"unknown phase {raw!r}; valid: {valid}", msg_id=req.id
                 )
+            wait = req.args.get("wait", False)
+            if not isinstance(wait, bool):
+                raise proto.ProtocolError(
+                    proto.E_BAD_FIELD, "'wait' must be true or false", msg_id=req.id
+                )
+            if wait and self.gate is not None:
+                return self._gated_phase(conn, req.id, phase)
             return proto.encode_reply(req.id, since=self._set_phase(pod.uid, pod, phase))
         if req.op == proto.OP_ACTIVE_REPLICAS:
             roster = self.rosters.of(pod.uid)
@@ -211,6 +227,25 @@ class AgentServer:
         except ValueError as exc:
             raise proto.ProtocolError(proto.E_BAD_FIELD, str(exc), msg_id=req.id) from None
         return proto.encode_reply(req.id)
+
+    def _gated_phase(self, conn: Connection, msg_id: int, phase: Phase) -> bytes | None:
+        """Let the process into ``phase`` through the gate: the reply now, or
+        None and the reply once the gate lets it in (its phase is recorded
+        and published then, not while it waits)."""
+        pod = conn.caller.pod
+        assert pod is not None and self.gate is not None
+
+        def go(waited_s: float, expired: bool) -> None:
+            since = self._set_phase(pod.uid, pod, phase)
+            reply = proto.encode_reply(
+                msg_id, since=since, waited_s=round(waited_s, 3), expired=expired
+            )
+            conn.send_later(reply)
+
+        if not self.gate.enter(pod.uid, conn, phase, go):
+            return None
+        since = self._set_phase(pod.uid, pod, phase)
+        return proto.encode_reply(msg_id, since=since, waited_s=0.0, expired=False)
 
     def _set_phase(self, uid: str, pod: Any, phase: Phase) -> str:
         with self._lock:
@@ -303,6 +338,7 @@ class AgentServer:
             "suspending": self.preemption.suspending(),
             "suspended": suspended,
             "stateProblems": self.preemption.load_problems,
+            "phaseGate": None if self.gate is None else self.gate.status(),
         }
 
 

@@ -200,6 +200,14 @@ def render_status(status: dict[str, Any]) -> str:
     phases: dict[str, Any] = status.get("phases", {})
     connected: dict[str, dict[str, list[str]]] = status.get("connected", {})
     suspended: dict[str, dict[str, Any]] = status.get("suspended", {})
+    gate: dict[str, Any] | None = status.get("phaseGate")
+    waiting: dict[str, float] = gate.get("waitingS", {}) if gate else {}
+    if gate:
+        lines += [
+            "",
+            f"phase gate on: busy phases take turns on shared GPUs "
+            f"(a wait lasts at most {gate['maxWaitS']:g} s)",
+        ]
     lines += ["", "POD                                   PHASE         PROCESSES  STATE"]
     for uid in sorted(set(connected) | set(suspended), key=lambda u: pods.get(u, u)):
         phase = phases.get(uid, {}).get("phase", "-")
@@ -208,6 +216,8 @@ def render_status(status: dict[str, Any]) -> str:
             where = sorted({m["where"] for m in suspended[uid].values()})
             nbytes = sum(e["nbytes"] for m in suspended[uid].values() for e in m["entries"])
             state = f"suspended ({', '.join(where)}, {nbytes / (1 << 20):.1f} MiB parked)"
+        elif uid in waiting:
+            state = f"waiting at the phase gate ({waiting[uid]:.0f} s)"
         else:
             state = "running"
         lines.append(f"{pods.get(uid, uid):<37} {phase:<13} {procs:>9}  {state}")

@@ -35,11 +35,15 @@ class AgentLink:
         *,
         on_request: Callable[[proto.Request], bytes | tuple[bytes, list[int]]],
         on_connect: Callable[[], list[tuple[str, dict[str, Any]]]],
+        on_connect_reply: Callable[[str, proto.Reply], None] | None = None,
         max_backoff_s: float = 1.0,
     ) -> None:
         self._path = path
         self._on_request = on_request
         self._on_connect = on_connect
+        # Told of each accepted reply to what on_connect sent (the hello's says
+        # what this agent offers, e.g. its phase gate).
+        self._on_connect_reply = on_connect_reply
         self._max_backoff = max_backoff_s
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # guards _sock and _pending
@@ -108,6 +112,18 @@ class AgentLink:
         for op, args in self._on_connect():
             self.notify(op, **args)
 
+    def _greet(self, op: str, args: dict[str, Any]) -> None:
+        fut = self.request(op, **args)
+        fut.add_done_callback(_log_failure)
+        callback = self._on_connect_reply
+        if callback is not None:
+
+            def told(done: Future[proto.Reply]) -> None:
+                if done.exception() is None and done.result().ok:
+                    callback(op, done.result())
+
+            fut.add_done_callback(told)
+
     def _send_on(self, sock: socket.socket, line: bytes, fds: list[int] | None) -> None:
         with self._send_lock, contextlib.suppress(OSError):
             if fds:
@@ -136,7 +152,7 @@ class AgentLink:
                 self._generation += 1
                 generation = self._generation
             for op, args in self._on_connect():
-                self.notify(op, **args)
+                self._greet(op, args)
             self.connected.set()
             try:
                 self._read(sock, generation)

@@ -14,6 +14,12 @@ When a suspend takes effect (the contract trainers rely on):
 * Long phases (a rollout of many batches) call ``rlix.safe_point()`` between
   batches, so a suspend does not wait for the whole phase.
 
+Where the node agent runs the phase gate (``--phase-gate``; its hello reply
+says so), entering a busy phase block waits until the agent lets the process
+in (at most the gate's bound, which the reply also gives), and leaving the
+outermost phase block tells the agent the process is idle. While it waits the
+process is at a phase boundary, so a suspend can take effect.
+
 No agent (``RLIX_AGENT_SOCKET`` unset): everything is a cheap no-op, so the same
 script runs outside RLix unchanged. Phase names are still validated, so a typo
 fails the same way everywhere.
@@ -29,11 +35,15 @@ from typing import Any
 
 from rlix.client.export import Relocation
 from rlix.client.hooks import HookRegistry, OffloadHook
-from rlix.client.link import AgentLink
+from rlix.client.link import AgentLink, AgentUnavailableError
 from rlix.core import agent_protocol as proto
 from rlix.core.phases import Phase
 
 log = logging.getLogger("rlix")
+
+# How much longer than the gate's own bound a process waits for its answer
+# before it goes in anyway (an agent that stopped answering must not hold it).
+GATE_SLACK_S = 30.0
 
 
 def parse_phase(phase: str | Phase) -> Phase:
@@ -56,10 +66,15 @@ class Runtime:
         self._relocation: Relocation | None = None  # when the agent holds (or will hold) a copy
         self._target = proto.SELF  # where the current suspension was asked to park
         self.phase_now: Phase | None = None
+        # The agent's phase gate bound in seconds; None: the agent has no gate.
+        self.gate_wait_s: float | None = None
         self.link: AgentLink | None = None
         if socket_path:
             self.link = AgentLink(
-                socket_path, on_request=self._on_agent_request, on_connect=self._hello
+                socket_path,
+                on_request=self._on_agent_request,
+                on_connect=self._hello,
+                on_connect_reply=self._greeted,
             )
 
     @property
@@ -78,12 +93,19 @@ class Runtime:
             finally:
                 self.phase_now = previous
             return
+        gated = self.gate_wait_s is not None and self.phase_now is not parsed
         with self._cv:
             self._cv.wait_for(self._may_run)
-            self._active += 1
+            if not gated:
+                self._active += 1
         previous, self.phase_now = self.phase_now, parsed
+        if gated:
+            self._enter_through_gate(parsed)
+            with self._cv:
+                self._cv.wait_for(self._may_run)  # a suspend may have come meanwhile
+                self._active += 1
         try:
-            if previous is not parsed:
+            if previous is not parsed and not gated:
                 self.link.notify(proto.OP_PHASE, phase=parsed.value)
             yield parsed
         finally:
@@ -91,6 +113,31 @@ class Runtime:
             with self._cv:
                 self._active -= 1
                 self._cv.notify_all()
+            if previous is None and self.gate_wait_s is not None:
+                # Out of every phase block: this process holds no GPU's turn.
+                self.link.notify(proto.OP_PHASE, phase=Phase.IDLE.value, wait=True)
+
+    def _enter_through_gate(self, phase: Phase) -> None:
+        """Report ``phase`` and wait until the agent's phase gate lets us in."""
+        assert self.link is not None and self.gate_wait_s is not None
+        fut = self.link.request(proto.OP_PHASE, phase=phase.value, wait=True)
+        try:
+            reply = fut.result(timeout=self.gate_wait_s + GATE_SLACK_S)
+        except AgentUnavailableError as exc:  # reconnecting: the next hello says what it offers
+            log.debug("rlix: entering %s without the phase gate: %s", phase.value, exc)
+            return
+        except Exception as exc:  # no answer (agent stuck): go in, as without a gate
+            log.warning("rlix: no answer from the phase gate (%s); entering %s", exc, phase.value)
+            return
+        if not reply.ok:
+            log.warning("rlix agent refused a phase report: %s", reply.error_message)
+        elif reply.body.get("expired"):
+            log.info(
+                "rlix: entered %s beside a working neighbour after %.0f s at the phase gate "
+                "(its bound)",
+                phase.value,
+                reply.body.get("waited_s", 0.0),
+            )
 
     def safe_point(self) -> None:
         """Let a pending suspend happen here (inside a long phase); else return at once."""
@@ -117,6 +164,17 @@ class Runtime:
         with self._cv:
             parked = self._parked_doc if self._suspended else None
         return {"hooks": self.hooks.names(), "parked": parked, "client": "rlix-python/1"}
+
+    def _greeted(self, op: str, reply: proto.Reply) -> None:
+        """The agent's answer to our hello: whether it runs a phase gate."""
+        if op != proto.OP_HELLO:
+            return
+        gate = reply.body.get("phaseGate")
+        bound = gate.get("maxWaitS") if isinstance(gate, dict) else None
+        if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0:
+            self.gate_wait_s = float(bound)
+        else:
+            self.gate_wait_s = None
 
     def _hello(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = [(proto.OP_HELLO, self._hello_args())]

@@ -45,7 +45,9 @@ MAX_NUMBER_CHARS: Final = 24
 
 # Requests a client sends to the agent.
 OP_HELLO: Final = "hello"  # {"hooks": [names], "parked": manifest|null}
-OP_PHASE: Final = "phase"  # {"phase": "rollout"}
+# {"phase": "rollout", "wait": true?}; with "wait" the reply comes once the node's
+# phase gate lets the process in (at once without a gate): {"since", "waited_s", "expired"}.
+OP_PHASE: Final = "phase"
 OP_USAGE: Final = "usage"  # {"gpu": 0, "memory_mib": 1024, "utilization": 0.5}; simulated only
 # {}; reply {"activeReplicas": ActiveReplicas document or null}: which replicas of
 # the caller's job's elastic rollout role run (rlix.io/active-replicas).
@@ -69,7 +71,7 @@ AGENT_OPS: Final = frozenset({OP_SUSPEND, OP_RELEASE, OP_REGROW, OP_RESUME})
 # or a forged identity claim is loud instead of silently ignored.
 _FIELDS: Final[Mapping[str, frozenset[str]]] = {
     OP_HELLO: frozenset({"hooks", "client", "parked"}),
-    OP_PHASE: frozenset({"phase"}),
+    OP_PHASE: frozenset({"phase", "wait"}),
     OP_USAGE: frozenset({"gpu", "memory_mib", "utilization"}),
     OP_ACTIVE_REPLICAS: frozenset(),
     OP_SUSPEND_POD: frozenset({"pod_uid", "target", "reason"}),

@@ -192,6 +192,13 @@ def _render(helm: Helm, *values: str, kube_version: str = KUBE_VERSION) -> list[
     return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
+def _agent_pod_spec(helm: Helm, *values: str) -> dict[str, Any]:
+    """The node agent DaemonSet's pod spec, rendered with ``values``."""
+    (agent,) = [d for d in _render(helm, *values) if d["kind"] == "DaemonSet"]
+    spec: dict[str, Any] = agent["spec"]["template"]["spec"]
+    return spec
+
+
 def _workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
     (found,) = [
         d
@@ -217,9 +224,11 @@ def _workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
         (["--set", "operator.conductor.suspendTarget=gpu"], "/operator/conductor/suspendTarget"),
         (["--set", "operator.conductor.maxSuspendedSeconds=-5"],
          "/operator/conductor/maxSuspendedSeconds"),
+        (["--set", "nodeAgent.phaseGate.maxWaitSeconds=0"], "/nodeAgent/phaseGate/maxWaitSeconds"),
     ],
     ids=["top-level-typo", "nested-typo", "image-typo", "deep-typo", "type", "enum", "backend",
-         "args-not-a-list", "negative-grace", "suspend-target", "negative-max-suspended"],
+         "args-not-a-list", "negative-grace", "suspend-target", "negative-max-suspended",
+         "phase-gate-no-wait"],
 )  # fmt: skip
 def test_schema_refuses_a_misspelt_or_mistyped_value(
     helm: Helm, values: list[str], named: str
@@ -437,18 +446,41 @@ def test_mps_runs_the_daemon_through_the_agent_with_the_directory_the_operator_m
 ) -> None:
     from rlix.core import mps
 
-    def agent_spec(*values: str) -> dict[str, Any]:
-        (agent,) = [d for d in _render(helm, *values) if d["kind"] == "DaemonSet"]
-        spec: dict[str, Any] = agent["spec"]["template"]["spec"]
-        return spec
-
-    off = agent_spec()
+    off = _agent_pod_spec(helm)
     assert "--mps" not in off["containers"][0]["args"]
     assert all(v["name"] != "mps" for v in off["volumes"])
-    on = agent_spec("--set", "nodeAgent.mps.enabled=true")
+    on = _agent_pod_spec(helm, "--set", "nodeAgent.mps.enabled=true")
     container = on["containers"][0]
     assert "--mps" in container["args"]
     mount = next(m for m in container["volumeMounts"] if m["name"] == "mps")
     volume = next(v for v in on["volumes"] if v["name"] == "mps")
     # The agent's default --mps-dir is where the operator points its clients.
     assert mount["mountPath"] == volume["hostPath"]["path"] == mps.MPS_DIR
+
+
+def test_the_phase_gate_value_gives_the_agent_arguments_it_accepts_and_its_matrix(
+    helm: Helm,
+) -> None:
+    from rlix.agent.main import _argument_error, build_parser
+
+    off = _agent_pod_spec(helm)["containers"][0]
+    assert not [a for a in off["args"] if "phase-gate" in a or "interference" in a]
+    on = _agent_pod_spec(
+        helm,
+        "--set", "nodeAgent.phaseGate.enabled=true",
+        "--set", "nodeAgent.phaseGate.maxWaitSeconds=120",
+        "--set", "nodeAgent.phaseGate.interferenceConfigMap=h200-matrix",
+    )  # fmt: skip
+    container = on["containers"][0]
+    args = build_parser().parse_args([*container["args"], "--node-name=n"])
+    assert _argument_error(args) is None
+    assert args.phase_gate and args.phase_gate_max_wait == 120.0
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "phase-gate")
+    volume = next(v for v in on["volumes"] if v["name"] == "phase-gate")
+    assert volume["configMap"]["name"] == "h200-matrix" and mount["readOnly"]
+    assert args.interference == Path(mount["mountPath"]) / "interference.json"
+    # Without a ConfigMap the agent decides with the matrix it ships.
+    default = _agent_pod_spec(helm, "--set", "nodeAgent.phaseGate.enabled=true")
+    assert all(v["name"] != "phase-gate" for v in default["volumes"])
+    args = build_parser().parse_args([*default["containers"][0]["args"], "--node-name=n"])
+    assert args.phase_gate and args.interference is None and args.phase_gate_max_wait == 600.0

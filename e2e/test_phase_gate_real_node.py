@@ -1,0 +1,118 @@
+"""The node agent's phase gate with real containers on the real node.
+
+- The node agent runs as the chart's DaemonSet with ``nodeAgent.phaseGate``
+  on (simulated GPUs, the H200 matrix it ships).
+- Two pods run the client library (e2e/probes/gate_trainer.py) in real
+  containers; the socket directory is mounted as the operator mounts it. Both
+  report their memory on GPU 0 and loop on training phases.
+- The agent names each caller by the cgroup the kubelet and containerd wrote;
+  the two pods' training phases take turns: no two intervals overlap, and each
+  pod waited at the gate for the other.
+
+Run with ``make test-node`` (marker ``realnode``; root).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.kube import apply, wait_for
+from e2e.realnode_pods import advertised_gpus, agent_daemonset, real_pod
+from rlix.devcluster import realnode
+from rlix.devcluster.cluster import DevCluster, ExistingCluster
+
+pytestmark = pytest.mark.realnode
+
+PROBE = Path(__file__).parent / "probes" / "gate_trainer.py"
+SOCKET_DIR = "/run/rlix"  # the chart's nodeAgent.socketDir
+MAX_WAIT_S = 120
+GPUS, GPU_MIB = 8, 143_771  # the simulated backend's defaults (the chart changes neither)
+
+
+@pytest.fixture(scope="module")
+def dev(cluster: DevCluster | ExistingCluster, real_node: realnode.RealNode) -> DevCluster:
+    """The session's local cluster (``real_node`` has skipped on any other)."""
+    assert isinstance(cluster, DevCluster)
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def gpu_node(dev: DevCluster, real_node: realnode.RealNode) -> Iterator[str]:
+    """The real node as a GPU node (the chart's agent runs only on those)."""
+    with advertised_gpus(dev, gpus=GPUS, memory_mib=GPU_MIB):
+        yield realnode.NODE_NAME
+
+
+@pytest.fixture(scope="module")
+def agent(
+    dev: DevCluster, real_node: realnode.RealNode, gpu_node: str
+) -> Iterator[tuple[str, str]]:
+    """The node agent's DaemonSet pod, phase gate on: (namespace, pod name)."""
+    values = {"phaseGate": {"enabled": True, "maxWaitSeconds": MAX_WAIT_S}}
+    with agent_daemonset(dev, real_node, "rlix-gate", values) as agent:
+        yield agent
+
+
+def _trainer(node: realnode.RealNode, name: str) -> dict[str, Any]:
+    pod = real_pod(node, name, ["python3", "-c", PROBE.read_text()])
+    spec = pod["spec"]
+    spec["containers"][0]["env"] = [
+        {"name": "RLIX_AGENT_SOCKET", "value": f"{SOCKET_DIR}/agent.sock"}
+    ]
+    spec["containers"][0]["volumeMounts"] = [
+        {"name": "rlix-agent", "mountPath": SOCKET_DIR, "readOnly": True}
+    ]
+    spec["volumes"] = [{"name": "rlix-agent", "hostPath": {"path": SOCKET_DIR}}]
+    return pod
+
+
+def _events(cluster: DevCluster, ns: str, pod: str) -> list[dict[str, Any]]:
+    log = cluster.kubectl("logs", pod, "-n", ns, check=False).stdout
+    return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+
+
+def test_two_pods_on_one_gpu_take_turns_in_their_training_phases(
+    dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str]
+) -> None:
+    ns = f"t-{uuid.uuid4().hex[:10]}"
+    dev.kubectl("create", "namespace", ns)
+    wait_for(
+        f"the default ServiceAccount of {ns}",
+        lambda: dev.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+    )
+    pods = ("gate-a", "gate-b")
+    try:
+        for name in pods:
+            apply(dev, ns, _trainer(real_node, name))
+
+        def finished() -> bool:
+            return all(any(e["event"] == "done" for e in _events(dev, ns, p)) for p in pods)
+
+        try:
+            wait_for("both trainers to finish their phases", finished, timeout_s=240)
+        except AssertionError as exc:
+            logs = {p: _events(dev, ns, p) for p in pods}
+            agent_log = dev.kubectl("logs", "-n", agent[0], agent[1], "--tail=30", check=False)
+            raise AssertionError(f"{exc}\n{logs}\n--- agent ---\n{agent_log.stdout}") from None
+        phases = {p: [e for e in _events(dev, ns, p) if e["event"] == "phase"] for p in pods}
+        ready = {p: next(e for e in _events(dev, ns, p) if e["event"] == "ready") for p in pods}
+    finally:
+        dev.kubectl("delete", "namespace", ns, "--wait=true", check=False)
+    # Both were told of the gate by the agent they reached through the mounted socket.
+    assert all(r["gate"] == MAX_WAIT_S for r in ready.values()), ready
+    a, b = (phases[p] for p in pods)
+    assert len(a) == len(b) == 4
+    for x in a:
+        for y in b:
+            overlap = min(x["left"], y["left"]) - max(x["entered"], y["entered"])
+            assert overlap <= 0, f"training phases overlap by {overlap:.3f} s: {x} {y}"
+    waits = [e["entered"] - e["asked"] for e in a + b]
+    # Each phase lasts 1.5 s and the pause between is 0.3 s: whoever asks while
+    # the other trains waits for most of a phase.
+    assert max(waits) > 0.5, waits

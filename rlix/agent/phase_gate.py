@@ -1,0 +1,141 @@
+"""The phase gate on this node (``rlix agent --phase-gate``, docs/node-agent.md).
+
+A trainer process about to enter a busy phase asks (``phase`` with
+``"wait": true``); the agent answers at once where entering adds progress on
+every GPU its pod shares with pods that are working, and otherwise holds the
+answer until they leave their busy phases (or the wait reaches its bound).
+The decision is the shared core's (``rlix.core.policy.placement.turns``, on
+``gating.gains_by_entering``, the function the simulator's engine applies);
+this module only feeds it what the node knows: which GPUs each pod's
+processes hold, which pods are parked, and the clock, and it wakes waiters
+whose bound is reached.
+
+Answers are sent from whichever thread frees them (a neighbour's phase
+report, a disconnect, a suspension, the bound's timer), never under the
+gate's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlix.core.phases import Phase
+from rlix.core.policy.placement.sharing import SharingRules
+from rlix.core.policy.placement.turns import Turns
+from rlix.core.sim.interference import from_json
+
+log = logging.getLogger(__name__)
+
+# Called when a held process may go: (seconds it waited, whether it went in
+# only because its wait reached the bound).
+Go = Callable[[float, bool], None]
+
+
+def load_rules(path: Path | None, mode: str = "time_slicing") -> SharingRules:
+    """The gate's rules: the matrix in a ``hack/gpu-interference.py`` JSON file,
+    or, without one, the H200 matrix the simulator ships (measured with
+    time-slicing; bench/results/gpu_interference.json)."""
+    if path is None:
+        return SharingRules()
+    try:
+        return SharingRules(interference=from_json(path.read_text(encoding="utf-8"), mode).cells)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--interference {path}: {exc}") from None
+
+
+class PhaseGate:
+    def __init__(
+        self,
+        rules: SharingRules,
+        max_wait_s: float,
+        *,
+        gpus: Callable[[], Mapping[str, frozenset[int]]],
+        parked: Callable[[str], bool],
+        clock: Callable[[], float] = time.monotonic,
+        on_wait: Callable[[float, bool], None] | None = None,
+    ) -> None:
+        """``gpus``: pod uid -> the GPUs its processes hold now; ``parked``:
+        whether a pod's memory is off its GPUs; ``on_wait``: told of every
+        answered wait (seconds, went in at the bound), for the metrics."""
+        self._turns: Turns[object, Go] = Turns(rules, max_wait_s)
+        self._gpus = gpus
+        self._parked = parked
+        self._clock = clock
+        self._on_wait = on_wait or (lambda waited, expired: None)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._stopped = False
+        self.max_wait_s = max_wait_s
+
+    def enter(self, pod: str, process: object, phase: Phase, go: Go) -> bool:
+        """``process`` (of pod uid ``pod``) enters ``phase``. True: it goes now;
+        False: ``go`` is called when it may (from another thread)."""
+        with self._lock:
+            released = self._refresh()
+            goes = self._turns.enter(pod, process, phase, self._clock(), go)
+            released += self._admit()
+            self._changed.notify_all()
+        self._release(released)
+        return goes
+
+    def leave(self, process: object) -> None:
+        """``process`` disconnected: what it held is free."""
+        with self._lock:
+            self._turns.leave(process)
+            released = self._refresh() + self._admit()
+        self._release(released)
+
+    def poke(self) -> None:
+        """Something moved (memory parked or restored): decide again."""
+        with self._lock:
+            released = self._refresh() + self._admit()
+        self._release(released)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            now = self._clock()
+            return {
+                "maxWaitS": self.max_wait_s,
+                "working": self._turns.working(),
+                "waitingS": {p: round(now - t, 3) for p, t in self._turns.waiting().items()},
+            }
+
+    def run(self, stop: threading.Event) -> None:
+        """Wake waiters whose bound is reached; returns once ``stop`` is set."""
+        while not stop.is_set():
+            with self._lock:
+                deadline = self._turns.next_deadline()
+                timeout = 1.0 if deadline is None else max(0.0, deadline - self._clock())
+                self._changed.wait(min(timeout, 1.0))
+                released = self._admit()
+            self._release(released)
+
+    # -- internals (under the lock) -----------------------------------------------
+    def _refresh(self) -> list[tuple[Go, float, bool]]:
+        try:
+            held = self._gpus()
+        except Exception:  # a failed reading keeps the last one; the next event retries
+            log.exception("phase gate: reading which GPUs each pod holds failed")
+            held = {}
+        self._turns.set_gpus(held)
+        now, out = self._clock(), []
+        for pod in self._turns.pods():
+            if self._parked(pod):
+                out += [(a.ticket, a.waited_s, a.expired) for a in self._turns.forget_pod(pod, now)]
+        return out
+
+    def _admit(self) -> list[tuple[Go, float, bool]]:
+        return [(a.ticket, a.waited_s, a.expired) for a in self._turns.admit(self._clock())]
+
+    def _release(self, released: list[tuple[Go, float, bool]]) -> None:
+        for go, waited, expired in released:
+            self._on_wait(waited, expired)
+            try:
+                go(waited, expired)
+            except Exception:  # one client's answer failing must not stop the others'
+                log.exception("phase gate: answering a waiting process failed")

@@ -1,0 +1,310 @@
+"""The phase gate on a real agent process (``--phase-gate``), with real trainer
+processes using the client library: who waits, who goes in, and when.
+
+Each "pod" is a real process put in a pod by the harness's proc tree; it
+reports its memory on a simulated GPU (so the agent knows which GPUs it
+holds) and enters ``with rlix.phase(...)`` blocks on the test's command. The
+agent decides with the H200 matrix the simulator ships: two busy kernels on one
+GPU make less than one GPU's progress, a copy beside a kernel more.
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlix.agent.main import main
+from rlix.cli.main import main as rlix_main
+from rlix.core import agent_protocol as proto
+from rlix.core.names import ANNOTATION_PHASE
+from rlix.devcluster.processes import free_ports
+from tests.support.agent_fakes import AgentProcess
+
+UID_A = "aaaaaaaa-0000-4000-8000-00000000000a"
+UID_B = "bbbbbbbb-0000-4000-8000-00000000000b"
+UID_C = "cccccccc-0000-4000-8000-00000000000c"
+PODS = {UID_A: "team-a/trainer-0", UID_B: "team-b/trainer-0", UID_C: "team-c/trainer-0"}
+MAX_WAIT_S = 4.0
+
+# A trainer: "gpu N" reports 1 GiB on GPU N; "enter P" enters a phase block in
+# a thread and prints "in P" once inside; "exit" leaves it (the outermost
+# block: the client tells the gate it is idle).
+TRAINER = r"""
+import sys, threading, time
+import rlix
+from rlix.client import api
+sys.stdin.readline()  # wait until the test has put us in a pod
+rt = api._get()
+rlix.register_offload("state", lambda: {"x": (1, "c")}, lambda: {"x": "c"})
+deadline = time.monotonic() + 20
+while rt.gate_wait_s is None and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(f"ready {rt.gate_wait_s}", flush=True)
+leave = threading.Event()
+held = None
+
+def hold(phase):
+    with rlix.phase(phase):
+        print(f"in {phase}", flush=True)
+        leave.wait()
+
+for line in sys.stdin:
+    cmd, _, arg = line.strip().partition(" ")
+    if cmd == "gpu":
+        rlix.report_usage(gpu=int(arg), memory_mib=1024, utilization=0.5)
+        print("ok", flush=True)
+    elif cmd == "enter":
+        leave.clear()
+        held = threading.Thread(target=hold, args=(arg,))
+        held.start()
+    elif cmd == "exit":
+        leave.set()
+        held.join()
+        print("out", flush=True)
+"""
+
+
+class Trainer:
+    def __init__(self, agent: AgentProcess, uid: str, gpu: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", TRAINER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={"RLIX_AGENT_SOCKET": str(agent.socket), "PATH": "/usr/bin:/bin"},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        agent.put_in_pod(self.proc.pid, uid)
+        self.say("go")
+        assert self.next() == f"ready {MAX_WAIT_S}", agent.log_text()
+        self.say(f"gpu {gpu}")
+        assert self.next() == "ok"
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def next(self, timeout: float = 20.0) -> str:
+        return self.lines.get(timeout=timeout)
+
+    def nothing_for(self, seconds: float) -> bool:
+        try:
+            line = self.lines.get(timeout=seconds)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"expected no output, got {line!r}")
+
+    def enter(self, phase: str) -> None:
+        self.say(f"enter {phase}")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[AgentProcess]:
+    args = ("--phase-gate", f"--phase-gate-max-wait={MAX_WAIT_S}")
+    port = free_ports(1)[0]
+    with AgentProcess(tmp_path, pods=PODS, sim_gpus=2, metrics_port=port, extra_args=args) as a:
+        yield a
+
+
+@pytest.fixture
+def trainers(agent: AgentProcess) -> Iterator[list[Trainer]]:
+    made: list[Trainer] = []
+    yield made
+    for t in made:
+        t.close()
+
+
+def _gate(agent: AgentProcess) -> dict[str, object]:
+    doc = agent.control(proto.OP_STATUS).body["phaseGate"]
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_a_busy_phase_waits_for_its_gpu_neighbour_to_leave_its_own(
+    agent: AgentProcess, trainers: list[Trainer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
+    trainers += [a, b]
+    a.enter("training")
+    assert a.next() == "in training"
+    b.enter("rollout")
+    assert b.nothing_for(1.0)  # two busy kernels on one GPU: it waits
+    gate = _gate(agent)
+    assert gate["working"] == {UID_A: ["compute"]}
+    assert list(gate["waitingS"]) == [UID_B]  # type: ignore[call-overload]
+    # Its phase is published when it goes in, not while it waits.
+    assert agent.published().get(("pod", PODS[UID_B]), {}).get(ANNOTATION_PHASE) is None
+    capsys.readouterr()
+    assert rlix_main(["agent", f"--socket={agent.socket}", "status"]) == 0
+    shown = capsys.readouterr().out
+    assert "phase gate on" in shown and f"(a wait lasts at most {MAX_WAIT_S:g} s)" in shown
+    (line,) = [x for x in shown.splitlines() if x.startswith(PODS[UID_B])]
+    assert "waiting at the phase gate" in line
+    a.say("exit")
+    assert a.next() == "out"
+    assert b.next() == "in rollout"
+    assert _gate(agent)["working"] == {UID_B: ["memory"]}
+    metrics = agent.metrics()
+    assert 'rlix_agent_phase_gate_wait_seconds_count{node="node-a",outcome="turn"} 1.0' in metrics
+
+
+def test_pods_on_other_gpus_and_copies_beside_kernels_go_in_at_once(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    a, b, c = (Trainer(agent, UID_A, 0), Trainer(agent, UID_B, 1), Trainer(agent, UID_C, 0))
+    trainers += [a, b, c]
+    a.enter("training")
+    assert a.next() == "in training"
+    b.enter("training")  # GPU 1: nobody there
+    assert b.next() == "in training"
+    c.enter("weight-sync")  # a copy beside a GEMM gains
+    assert c.next() == "in weight-sync"
+
+
+def test_a_wait_ends_at_its_bound_beside_a_neighbour_that_never_leaves(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
+    trainers += [a, b]
+    a.enter("training")
+    assert a.next() == "in training"
+    b.enter("scoring")
+    assert b.nothing_for(1.0)
+    assert b.next(timeout=MAX_WAIT_S + 20) == "in scoring"
+    assert _gate(agent)["working"] == {UID_A: ["compute"], UID_B: ["compute"]}
+    metrics = agent.metrics()
+    assert 'rlix_agent_phase_gate_wait_seconds_count{node="node-a",outcome="bound"} 1.0' in metrics
+    assert 'outcome="turn"' not in metrics
+
+
+def test_a_neighbour_that_exits_frees_the_gpu(agent: AgentProcess, trainers: list[Trainer]) -> None:
+    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
+    trainers += [a, b]
+    a.enter("rollout")
+    assert a.next() == "in rollout"
+    b.enter("rollout")
+    assert b.nothing_for(0.5)
+    a.close()
+    assert b.next() == "in rollout"
+
+
+def test_a_process_waiting_at_the_gate_can_be_suspended_and_resumed(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
+    trainers += [a, b]
+    a.enter("training")
+    assert a.next() == "in training"
+    b.enter("training")
+    assert b.nothing_for(0.5)
+    # Waiting at the gate is a phase boundary: the suspend does not wait for the gate.
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID_B, timeout=20).ok
+    gate = _gate(agent)
+    assert gate["waitingS"] == {} and gate["working"] == {UID_A: ["compute"]}
+    assert b.nothing_for(0.5)  # parked: it enters nothing until resumed
+    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID_B, timeout=20).ok
+    assert b.next() == "in training"
+
+
+# A process that, once the test has put it in a pod, sends each line of its
+# input to the agent on one connection and prints each reply.
+_LINES = r"""
+import socket, sys
+lines = sys.stdin.readlines()  # the test has put us in a pod by then
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); r = s.makefile("rb")
+for line in lines:
+    s.sendall(line.encode()); print(r.readline().decode().strip(), flush=True)
+"""
+
+
+def _as_pod(agent: AgentProcess, uid: str, *requests: bytes) -> list[proto.Reply]:
+    with subprocess.Popen(
+        [sys.executable, "-c", _LINES, str(agent.socket)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        agent.put_in_pod(proc.pid, uid)
+        out, _ = proc.communicate(b"".join(requests).decode(), timeout=20)
+    replies = [proto.decode(line.encode()) for line in out.strip().splitlines()]
+    assert all(isinstance(r, proto.Reply) for r in replies), out
+    return replies  # type: ignore[return-value]
+
+
+def test_a_bad_wait_field_is_refused_by_name(agent: AgentProcess) -> None:
+    # From a host process the phase op is refused before its fields are read;
+    # a pod's report goes through the field check.
+    line = proto.encode_request(1, proto.OP_PHASE, phase="rollout", wait="yes")
+    (reply,) = _as_pod(agent, UID_A, line)
+    assert not reply.ok
+    assert reply.error_code == proto.E_BAD_FIELD and "'wait'" in (reply.error_message or "")
+
+
+def test_without_the_gate_the_hello_says_so_and_a_wait_is_answered_at_once(
+    tmp_path: Path,
+) -> None:
+    with AgentProcess(tmp_path, pods=PODS) as agent:
+        assert agent.control(proto.OP_STATUS).body["phaseGate"] is None
+        hello, phase = _as_pod(
+            agent,
+            UID_A,
+            proto.encode_request(1, proto.OP_HELLO, hooks=[]),
+            proto.encode_request(2, proto.OP_PHASE, phase="training", wait=True),
+        )
+    assert hello.ok and hello.body["phaseGate"] is None
+    assert phase.ok and "since" in phase.body
+
+
+def test_the_matrix_needs_the_gate_and_a_bad_one_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    base = ["--no-kube", "--backend=simulated", "--node-name=n", f"--state-dir={tmp_path}"]
+    matrix = tmp_path / "m.json"
+    matrix.write_text('{"time_slicing": {"slowdown": {"compute": {}}}}')
+    assert main([*base, f"--interference={matrix}"]) == 2
+    assert "give --phase-gate too" in capsys.readouterr().err
+    assert main([*base, "--phase-gate", "--phase-gate-max-wait=0"]) == 2
+    assert "--phase-gate-max-wait must be > 0" in capsys.readouterr().err
+    socket_path = tmp_path / "s.sock"
+    code = main([*base, f"--socket={socket_path}", "--phase-gate", f"--interference={matrix}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"--interference {matrix}" in err and "compute.compute" in err
+
+
+@pytest.mark.parametrize(
+    ("gate", "bound"),
+    [({"maxWaitS": 30}, 30.0), (None, None), ({"maxWaitS": True}, None),
+     ({"maxWaitS": -1}, None), ({"maxWaitS": "600"}, None), ("on", None)],
+    ids=["bound", "no-gate", "bool", "negative", "string", "not-an-object"],
+)  # fmt: skip
+def test_the_client_takes_the_gate_only_from_a_well_formed_hello_reply(
+    gate: object, bound: float | None
+) -> None:
+    from rlix.client.runtime import Runtime
+
+    rt = Runtime(None)
+    rt._greeted(proto.OP_HELLO, proto.Reply(re=1, ok=True, body={"phaseGate": gate}))
+    assert rt.gate_wait_s == bound
+    rt._greeted(proto.OP_PHASE, proto.Reply(re=2, ok=True, body={"phaseGate": {"maxWaitS": 5}}))
+    assert rt.gate_wait_s == bound  # only the hello's reply says it

@@ -1,0 +1,142 @@
+"""Turns at the phase gate on one node (``placement.turns``): who goes, who waits, and when."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlix.core.phases import Phase
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
+from rlix.core.policy.placement.turns import Admitted, Turns
+
+# SharingRules() decides with the measured H200 matrix: two busy kernels on one
+# GPU make less than one GPU's progress, a copy beside a kernel more.
+RULES = SharingRules()
+
+
+def turns(gpus: dict[str, set[int]], max_wait_s: float = 60.0) -> Turns[str, str]:
+    t: Turns[str, str] = Turns(RULES, max_wait_s)
+    t.set_gpus({pod: frozenset(g) for pod, g in gpus.items()})
+    return t
+
+
+def tickets(admitted: list[Admitted[str]]) -> list[str]:
+    return [a.ticket for a in admitted]
+
+
+def test_a_busy_phase_waits_beside_a_working_pod_and_goes_when_it_idles() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.ROLLOUT, 1.0, "tb")
+    assert t.admit(2.0) == []
+    assert t.waiting() == {"b": 1.0}
+    assert t.enter("a", "a0", Phase.IDLE, 5.0, "ta2")  # idle: never waits
+    [admitted] = t.admit(5.0)
+    assert admitted == Admitted("tb", 4.0, expired=False)
+    assert t.working() == {"b": ["memory"]}
+
+
+def test_pods_on_different_gpus_never_wait_for_each_other() -> None:
+    t = turns({"a": {0, 1}, "b": {2, 3}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+
+
+def test_a_copy_beside_a_kernel_goes_in_both_ways() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.enter("b", "b0", Phase.WEIGHT_SYNC, 0.0, "tb")
+    t2 = turns({"a": {0}, "b": {0}})
+    assert t2.enter("a", "a0", Phase.WEIGHT_SYNC, 0.0, "ta")
+    assert t2.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+
+
+def test_one_shared_gpu_is_enough_to_wait() -> None:
+    t = turns({"a": {0, 1}, "b": {1, 2}})
+    assert t.enter("a", "a0", Phase.SCORING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+
+
+def test_a_pod_that_works_lets_its_other_processes_in() -> None:
+    # The pod is the unit: ranks of one gang must not be split by the gate.
+    t = turns({"a": {0, 1}, "b": {0, 1}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta0")
+    assert not t.enter("b", "b0", Phase.TRAINING, 1.0, "tb0")
+    assert t.enter("b", "b1", Phase.WEIGHT_SYNC, 2.0, "tb1")  # a copy gains: b works now
+    assert tickets(t.admit(2.0)) == ["tb0"]
+    assert t.enter("a", "a1", Phase.TRAINING, 3.0, "ta1")  # a works already
+
+
+def test_the_longest_wait_goes_first_and_the_next_waits_for_it() -> None:
+    t = turns({"a": {0}, "b": {0}, "c": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("c", "c0", Phase.TRAINING, 1.0, "tc")
+    assert not t.enter("b", "b0", Phase.ROLLOUT, 2.0, "tb")
+    t.enter("a", "a0", Phase.IDLE, 3.0, "ta2")
+    assert tickets(t.admit(3.0)) == ["tc"]
+    assert t.waiting() == {"b": 2.0}
+
+
+def test_a_wait_past_its_bound_goes_in_and_says_so() -> None:
+    t = turns({"a": {0}, "b": {0}}, max_wait_s=10.0)
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 1.0, "tb")
+    assert t.next_deadline() == 11.0
+    assert t.admit(10.9) == []
+    assert t.admit(11.0) == [Admitted("tb", 10.0, expired=True)]
+    assert t.next_deadline() is None
+    assert t.working() == {"a": ["compute"], "b": ["compute"]}
+
+
+def test_a_process_that_leaves_frees_its_gpu() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+    t.leave("a0")
+    assert tickets(t.admit(1.0)) == ["tb"]
+
+
+def test_a_parked_pod_holds_nothing_and_its_waiters_are_answered() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 1.0, "tb")
+    assert t.forget_pod("b", 3.0) == [Admitted("tb", 2.0, expired=False)]
+    assert t.waiting() == {}
+    assert not t.enter("b", "b0", Phase.TRAINING, 4.0, "tb2")
+    assert t.forget_pod("a", 5.0) == []
+    assert tickets(t.admit(5.0)) == ["tb2"]
+
+
+def test_a_new_phase_of_a_waiting_process_replaces_its_wait() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+    assert t.enter("b", "b0", Phase.IDLE, 1.0, "tb2")
+    assert t.waiting() == {}
+    assert t.admit(2.0) == []
+
+
+def test_the_gate_keeps_nothing_of_pods_that_neither_work_nor_wait() -> None:
+    # An agent runs for months: pods come and go.
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+    assert t.pods() == ["a", "b"]
+    t.enter("a", "a0", Phase.IDLE, 1.0, "ta2")
+    t.admit(1.0)
+    t.leave("a0")
+    t.enter("b", "b0", Phase.IDLE, 2.0, "tb2")
+    t.leave("b0")
+    assert t.pods() == [] and t.working() == {} and t.waiting() == {}
+
+
+def test_a_pod_without_gpus_yet_goes_in() -> None:
+    t = turns({"a": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")  # holds no memory anywhere yet
+
+
+def test_the_gate_needs_a_matrix_and_a_positive_bound() -> None:
+    with pytest.raises(ValueError, match="interference matrix"):
+        Turns(DEFAULT_RULES, 10.0)
+    with pytest.raises(ValueError, match="max_wait_s"):
+        Turns(RULES, 0.0)
