@@ -93,6 +93,9 @@ def test_a_process_that_leaves_frees_its_gpu() -> None:
     assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
     t.leave("a0")
     assert tickets(t.admit(1.0)) == ["tb"]
+    assert not t.enter("a", "a1", Phase.TRAINING, 2.0, "ta1")
+    t.leave("a1")  # gone while waiting: nobody to answer
+    assert t.admit(3.0) == [] and t.waiting() == {}
 
 
 def test_a_parked_pod_holds_nothing_and_its_waiters_are_answered() -> None:
@@ -106,12 +109,15 @@ def test_a_parked_pod_holds_nothing_and_its_waiters_are_answered() -> None:
     assert tickets(t.admit(5.0)) == ["tb2"]
 
 
-def test_a_new_phase_of_a_waiting_process_replaces_its_wait() -> None:
+def test_a_new_phase_of_a_waiting_process_replaces_its_wait_and_answers_it() -> None:
+    # Two threads of one process may each enter a phase block: the first
+    # one's answer must not be lost when the second asks.
     t = turns({"a": {0}, "b": {0}})
     assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
     assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
     assert t.enter("b", "b0", Phase.IDLE, 1.0, "tb2")
     assert t.waiting() == {}
+    assert t.admit(2.0) == [Admitted("tb", 1.0, expired=False)]
     assert t.admit(2.0) == []
 
 

@@ -74,6 +74,10 @@ class Turns(Generic[P, T]):
         self._gpus: dict[str, frozenset[int]] = {}
         self._waiting: dict[P, _Waiter[T]] = {}
         self._pod_of: dict[P, str] = {}
+        # Waits that ended without a turn because the process asked again (two
+        # threads of one process): handed back by the next admit, so no
+        # answer is lost.
+        self._ended: list[Admitted[T]] = []
 
     # -- what the agent tells it -------------------------------------------------
     def set_gpus(self, gpus: Mapping[str, frozenset[int]]) -> None:
@@ -86,7 +90,7 @@ class Turns(Generic[P, T]):
         True: it goes now. False: it waits, and ``ticket`` comes back from
         :meth:`admit` when it may go.
         """
-        self._forget_process(process)
+        self._forget_process(process, now)
         self._pod_of[process] = pod
         shape = shape_of(phase)
         if shape is Shape.NONE:
@@ -123,8 +127,9 @@ class Turns(Generic[P, T]):
         """The waiters that may go now, longest wait first: those whose pod
         works already, those that gain by entering beside who works now
         (including the ones admitted before them), and those past their
-        bound."""
-        out: list[Admitted[T]] = []
+        bound; first, any wait that ended since without a turn (its process
+        asked again)."""
+        out, self._ended = self._ended, []
         for process, waiter in sorted(self._waiting.items(), key=lambda kv: kv[1].since):
             waited = now - waiter.since
             goes = self._works(waiter.pod) or self._may_enter(waiter.pod, waiter.busy)
@@ -176,8 +181,12 @@ class Turns(Generic[P, T]):
     def _works(self, pod: str) -> bool:
         return pod in self._pods  # a pod is kept only while a process of it works
 
-    def _forget_process(self, process: P) -> None:
-        self._waiting.pop(process, None)
+    def _forget_process(self, process: P, now: float | None = None) -> None:
+        """Drop what ``process`` holds or waits for; given ``now`` (it asks
+        again), its wait is answered by the next admit."""
+        waiter = self._waiting.pop(process, None)
+        if waiter is not None and now is not None:
+            self._ended.append(Admitted(waiter.ticket, now - waiter.since, expired=False))
         pod = self._pod_of.get(process)
         if pod is None or pod not in self._pods:
             return
