@@ -140,6 +140,7 @@ bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/re
 	$(PY) bench/extender_latency.py --uvicorn
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/operator_admission.py
 	$(PY) bench/agent_latency.py
+	$(PY) bench/phase_gate.py
 	$(PY) bench/integration_overhead.py
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/scheduling_throughput.py --nodes 1000 --pods 500
 

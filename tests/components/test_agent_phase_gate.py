@@ -308,3 +308,13 @@ def test_the_client_takes_the_gate_only_from_a_well_formed_hello_reply(
     assert rt.gate_wait_s == bound
     rt._greeted(proto.OP_PHASE, proto.Reply(re=2, ok=True, body={"phaseGate": {"maxWaitS": 5}}))
     assert rt.gate_wait_s == bound  # only the hello's reply says it
+
+
+def test_the_benchmarks_overlap_counts_only_time_both_were_busy() -> None:
+    from tests.support.scripts import load_script
+
+    bench = load_script(Path(__file__).parents[2] / "bench" / "phase_gate.py", "bench_gate")
+    mine = [[0.0, 1.0], [2.0, 3.0]]
+    assert bench.overlap_share(mine, [[1.0, 2.0]]) == 0.0  # touching is not overlapping
+    assert bench.overlap_share(mine, [[0.5, 2.5]]) == 0.5
+    assert bench.overlap_share(mine, [[-1.0, 4.0]]) == 1.0
