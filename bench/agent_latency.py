@@ -81,6 +81,33 @@ def switch_cost(runtime: Runtime | None, n: int) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def gated_switch_cost(tmp: Path, park: str, n: int) -> float:
+    """``switch_cost`` against a second agent that runs the phase gate, with no
+    other pod on the GPU: what asking the gate costs (each switch waits for
+    its answer, and leaving the block reports idle)."""
+    uid = "cccccccc-0000-4000-8000-00000000000c"
+    gate_dir = tmp / "gated"
+    gate_dir.mkdir()
+    agent = AgentProcess(
+        gate_dir, pods={uid: "bench/gated-0"}, park_dir=Path(park), extra_args=("--phase-gate",)
+    )
+    with agent:
+        agent.put_in_pod(os.getpid(), uid)
+        rt = Runtime(str(agent.socket))
+        deadline = time.monotonic() + 10
+        while rt.gate_wait_s is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if rt.gate_wait_s is None:
+            raise TimeoutError(
+                f"the gated agent's hello did not offer the gate: {agent.log_text()}"
+            )
+        try:
+            return switch_cost(rt, n)
+        finally:
+            assert rt.link is not None
+            rt.link.close()
+
+
 def suspend_resume(agent: AgentProcess, mib: int, target: str) -> dict[str, float] | None:
     try:
         import torch
@@ -152,9 +179,16 @@ def main() -> int:
                 raise TimeoutError("runtime did not connect")
             connected = switch_cost(connected_rt, args.switches)
             connected_rt.link.close()
+            gated = gated_switch_cost(Path(tmp), park, args.switches)
             rows.append(("phase switch, bare nullcontext (baseline)", f"{baseline:.2f} µs"))
             rows.append(("phase switch, rlix no-op mode (no agent)", f"{noop:.2f} µs"))
             rows.append(("phase switch, rlix connected to the agent", f"{connected:.2f} µs"))
+            rows.append(
+                (
+                    "phase switch, agent with --phase-gate, GPU not shared",
+                    f"{gated:.2f} µs ({gated / connected:.1f}x connected)",
+                )
+            )
 
             # Side by side, same tensors size, one run: parking in the process's
             # own pool (target self) against relocation to memory the agent owns.
@@ -189,7 +223,10 @@ def main() -> int:
         *[f"| {name.ljust(width)} | {value} |" for name, value in rows],
         "",
         "Phase switches in the trainer are fire-and-forget (one `sendall`); the",
-        "report round trip is what a synchronous caller would wait for. CPU suspend",
+        "report round trip is what a synchronous caller would wait for. With the",
+        "agent's phase gate on, entering a phase waits for the gate's answer (a round",
+        "trip, here with no neighbour to wait for) and leaving the outermost block",
+        "reports idle; the process alternates rollout and training. CPU suspend",
         "numbers are memcpy plus fingerprinting on this machine, not a GPU link;",
         "each is the median of three suspend/resume cycles.",
         "Relocation (target host / gpu:<i>) on CPU copies twice each way (tensor ->",
