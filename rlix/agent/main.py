@@ -593,7 +593,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics=metrics,
         gate=gate,
     )
-
     preemption.on_memory_moved = server.publish_gpus
     server.bind()
     if args.metrics_port:

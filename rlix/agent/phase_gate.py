@@ -69,7 +69,6 @@ class PhaseGate:
         self._on_wait = on_wait or (lambda waited, expired: None)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._stopped = False
         self.max_wait_s = max_wait_s
 
     def enter(self, pod: str, process: object, phase: Phase, go: Go) -> bool:
@@ -118,11 +117,9 @@ class PhaseGate:
     # -- internals (under the lock) -----------------------------------------------
     def _refresh(self) -> list[tuple[Go, float, bool]]:
         try:
-            held = self._gpus()
+            self._turns.set_gpus(self._gpus())
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading which GPUs each pod holds failed")
-            held = {}
-        self._turns.set_gpus(held)
         now, out = self._clock(), []
         for pod in self._turns.pods():
             if self._parked(pod):

@@ -318,3 +318,35 @@ def test_the_benchmarks_overlap_counts_only_time_both_were_busy() -> None:
     assert bench.overlap_share(mine, [[1.0, 2.0]]) == 0.0  # touching is not overlapping
     assert bench.overlap_share(mine, [[0.5, 2.5]]) == 0.5
     assert bench.overlap_share(mine, [[-1.0, 4.0]]) == 1.0
+
+
+def test_the_gate_keeps_its_last_reading_of_gpus_when_a_reading_fails() -> None:
+    from rlix.agent.phase_gate import PhaseGate, load_rules
+    from rlix.core.phases import Phase
+
+    readings: list[dict[str, frozenset[int]] | Exception] = [
+        {"a": frozenset({0}), "b": frozenset({0})},
+        {"a": frozenset({0}), "b": frozenset({0})},
+        RuntimeError("NVML is gone"),
+    ]
+    parked: set[str] = set()
+    clock = [0.0]
+    answered: list[tuple[str, float, bool]] = []
+
+    def gpus() -> dict[str, frozenset[int]]:
+        reading = readings.pop(0) if len(readings) > 1 else readings[0]
+        if isinstance(reading, Exception):
+            raise reading
+        return reading
+
+    gate = PhaseGate(
+        load_rules(None), 60.0, gpus=gpus, parked=parked.__contains__, clock=lambda: clock[0]
+    )
+    assert gate.enter("a", "a0", Phase.TRAINING, lambda w, e: answered.append(("a", w, e)))
+    assert not gate.enter("b", "b0", Phase.TRAINING, lambda w, e: answered.append(("b", w, e)))
+    clock[0] = 2.0
+    gate.poke()  # the reading fails: b still shares GPU 0 with a
+    assert answered == [] and gate.status()["waitingS"] == {"b": 2.0}
+    parked.add("b")  # b is suspended while it waits: answered at once
+    gate.poke()
+    assert answered == [("b", 2.0, False)]
