@@ -4,7 +4,8 @@
   on (simulated GPUs, the H200 matrix it ships).
 - Two pods run the client library (e2e/probes/gate_trainer.py) in real
   containers; the socket directory is mounted as the operator mounts it. Both
-  report their memory on GPU 0 and loop on training phases.
+  report their memory on GPU 0 and loop on training phases over the same
+  window of wall-clock time.
 - The agent names each caller by the cgroup the kubelet and containerd wrote;
   the two pods' training phases take turns: no two intervals overlap, and each
   pod waited at the gate for the other.
@@ -15,6 +16,7 @@ Run with ``make test-node`` (marker ``realnode``; root).
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,9 @@ pytestmark = pytest.mark.realnode
 PROBE = Path(__file__).parent / "probes" / "gate_trainer.py"
 SOCKET_DIR = "/run/rlix"  # the chart's nodeAgent.socketDir
 MAX_WAIT_S = 120
+# Both trainers run training phases from START_AT for WINDOW_S seconds: START_AT
+# leaves their containers time to start, and a late one still meets the other.
+START_DELAY_S, WINDOW_S = 15.0, 12.0
 GPUS, GPU_MIB = 8, 143_771  # the simulated backend's defaults (the chart changes neither)
 
 
@@ -59,11 +64,13 @@ def agent(
         yield agent
 
 
-def _trainer(node: realnode.RealNode, name: str) -> dict[str, Any]:
+def _trainer(node: realnode.RealNode, name: str, start_at: float) -> dict[str, Any]:
     pod = real_pod(node, name, ["python3", "-c", PROBE.read_text()])
     spec = pod["spec"]
     spec["containers"][0]["env"] = [
-        {"name": "RLIX_AGENT_SOCKET", "value": f"{SOCKET_DIR}/agent.sock"}
+        {"name": "RLIX_AGENT_SOCKET", "value": f"{SOCKET_DIR}/agent.sock"},
+        {"name": "START_AT", "value": str(start_at)},
+        {"name": "END_AT", "value": str(start_at + WINDOW_S)},
     ]
     spec["containers"][0]["volumeMounts"] = [
         {"name": "rlix-agent", "mountPath": SOCKET_DIR, "readOnly": True}
@@ -87,9 +94,10 @@ def test_two_pods_on_one_gpu_take_turns_in_their_training_phases(
         lambda: dev.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
     )
     pods = ("gate-a", "gate-b")
+    start_at = time.time() + START_DELAY_S
     try:
         for name in pods:
-            apply(dev, ns, _trainer(real_node, name))
+            apply(dev, ns, _trainer(real_node, name, start_at))
 
         def finished() -> bool:
             return all(any(e["event"] == "done" for e in _events(dev, ns, p)) for p in pods)
@@ -107,7 +115,7 @@ def test_two_pods_on_one_gpu_take_turns_in_their_training_phases(
     # Both were told of the gate by the agent they reached through the mounted socket.
     assert all(r["gate"] == MAX_WAIT_S for r in ready.values()), ready
     a, b = (phases[p] for p in pods)
-    assert len(a) == len(b) == 4
+    assert len(a) >= 3 and len(b) >= 3, (ready, phases)
     for x in a:
         for y in b:
             overlap = min(x["left"], y["left"]) - max(x["entered"], y["entered"])
