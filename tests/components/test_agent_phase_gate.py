@@ -140,15 +140,25 @@ def _gate(agent: AgentProcess) -> dict[str, object]:
     return doc
 
 
+def _b_waits_for_a(
+    agent: AgentProcess, trainers: list[Trainer], a_phase: str, b_phase: str, quiet_s: float
+) -> tuple[Trainer, Trainer]:
+    """Two trainers on GPU 0: a enters ``a_phase`` and is in; b asks for ``b_phase``
+    and says nothing for ``quiet_s`` (it waits at the gate)."""
+    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
+    trainers += [a, b]
+    a.enter(a_phase)
+    assert a.next() == f"in {a_phase}"
+    b.enter(b_phase)
+    assert b.nothing_for(quiet_s)
+    return a, b
+
+
 def test_a_busy_phase_waits_for_its_gpu_neighbour_to_leave_its_own(
     agent: AgentProcess, trainers: list[Trainer], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
-    trainers += [a, b]
-    a.enter("training")
-    assert a.next() == "in training"
-    b.enter("rollout")
-    assert b.nothing_for(1.0)  # two busy kernels on one GPU: it waits
+    # Two busy kernels on one GPU: b waits.
+    a, b = _b_waits_for_a(agent, trainers, "training", "rollout", 1.0)
     gate = _gate(agent)
     assert gate["working"] == {UID_A: ["compute"]}
     assert list(gate["waitingS"]) == [UID_B]  # type: ignore[call-overload]
@@ -184,12 +194,7 @@ def test_pods_on_other_gpus_and_copies_beside_kernels_go_in_at_once(
 def test_a_wait_ends_at_its_bound_beside_a_neighbour_that_never_leaves(
     agent: AgentProcess, trainers: list[Trainer]
 ) -> None:
-    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
-    trainers += [a, b]
-    a.enter("training")
-    assert a.next() == "in training"
-    b.enter("scoring")
-    assert b.nothing_for(1.0)
+    _, b = _b_waits_for_a(agent, trainers, "training", "scoring", 1.0)
     assert b.next(timeout=MAX_WAIT_S + 20) == "in scoring"
     assert _gate(agent)["working"] == {UID_A: ["compute"], UID_B: ["compute"]}
     metrics = agent.metrics()
@@ -198,12 +203,7 @@ def test_a_wait_ends_at_its_bound_beside_a_neighbour_that_never_leaves(
 
 
 def test_a_neighbour_that_exits_frees_the_gpu(agent: AgentProcess, trainers: list[Trainer]) -> None:
-    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
-    trainers += [a, b]
-    a.enter("rollout")
-    assert a.next() == "in rollout"
-    b.enter("rollout")
-    assert b.nothing_for(0.5)
+    a, b = _b_waits_for_a(agent, trainers, "rollout", "rollout", 0.5)
     a.close()
     assert b.next() == "in rollout"
 
@@ -211,12 +211,7 @@ def test_a_neighbour_that_exits_frees_the_gpu(agent: AgentProcess, trainers: lis
 def test_a_process_waiting_at_the_gate_can_be_suspended_and_resumed(
     agent: AgentProcess, trainers: list[Trainer]
 ) -> None:
-    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
-    trainers += [a, b]
-    a.enter("training")
-    assert a.next() == "in training"
-    b.enter("training")
-    assert b.nothing_for(0.5)
+    _, b = _b_waits_for_a(agent, trainers, "training", "training", 0.5)
     # Waiting at the gate is a phase boundary: the suspend does not wait for the gate.
     assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID_B, timeout=20).ok
     gate = _gate(agent)
