@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 from rlix.core.policy.placement import SnapshotDocumentError, snapshot_from_doc, snapshot_to_doc
+from rlix.core.policy.placement.documents import rules_from_doc, rules_to_doc
+from rlix.core.policy.placement.sharing import ASSUMED_CELLS, DEFAULT_RULES, SharingRules
 from tests.builders.placement import cluster, node, pod
 
 
@@ -60,3 +63,47 @@ def test_bad_documents_name_the_field(edit: Any, words: str) -> None:
 def test_not_an_object() -> None:
     with pytest.raises(SnapshotDocumentError, match="JSON object"):
         snapshot_from_doc([])
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        DEFAULT_RULES,
+        SharingRules(),
+        SharingRules(interference=ASSUMED_CELLS, max_jobs_per_gpu=3, phase_gate=False),
+        SharingRules(min_pair_progress=1.1, protected_priority=7, max_protected_stretch=1.5),
+    ],
+)
+def test_sharing_rules_round_trip_exactly_through_json(rules: SharingRules) -> None:
+    assert rules_from_doc(json.loads(json.dumps(rules_to_doc(rules)))) == rules
+
+
+def test_sharing_rules_left_out_are_the_clusters_defaults() -> None:
+    assert rules_from_doc({}) == DEFAULT_RULES
+    assert rules_from_doc({"maxJobsPerGpu": 3}) == SharingRules(
+        interference=None, max_jobs_per_gpu=3
+    )
+
+
+@pytest.mark.parametrize(
+    ("doc", "words"),
+    [
+        ([], "sharingRules must be an object"),
+        (
+            {"interference": {"compute": {}}},
+            "sharingRules.interference.compute: missing field 'compute'",
+        ),
+        ({"interference": {}}, "sharingRules.interference: missing field 'compute'"),
+        (
+            {"interference": {s: {t: -1 for t in ("compute", "memory", "network")}
+                              for s in ("compute", "memory", "network")}},
+            "sharingRules.interference.compute.compute = -1.0 < 0",
+        ),
+        ({"maxJobsPerGpu": "2"}, "field 'maxJobsPerGpu' has the wrong type"),
+        ({"maxJobsPerGpu": 0}, "sharingRules: SharingRules.max_jobs_per_gpu = 0 < 1"),
+        ({"phaseGate": 1}, "field 'phaseGate' has the wrong type"),
+    ],
+)  # fmt: skip
+def test_bad_sharing_rules_name_the_field(doc: Any, words: str) -> None:
+    with pytest.raises(SnapshotDocumentError, match=re.escape(words)):
+        rules_from_doc(doc)

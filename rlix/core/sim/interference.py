@@ -30,16 +30,15 @@ matrix measured on other hardware loads without a code change.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from rlix.core.phases import Phase, Shape, shape_of
+from rlix.core.policy.placement.rules_file import cells_from_document, document_from_json
 from rlix.core.policy.placement.sharing import ASSUMED_CELLS, MEASURED_H200_CELLS
 
 SHAPES: Final = (Shape.COMPUTE, Shape.MEMORY, Shape.NETWORK)
-MODES: Final = ("time_slicing", "mps")
 
 
 @dataclass(frozen=True)
@@ -84,10 +83,6 @@ class Interference:
         return 1.0 / (1.0 + self.shapes(a, b)) + 1.0 / (1.0 + self.shapes(b, a))
 
 
-def _matrix(name: str, source: str, rows: Mapping[Shape, Mapping[Shape, float]]) -> Interference:
-    return Interference(name, source, tuple((a, b, rows[a][b]) for a in SHAPES for b in SHAPES))
-
-
 # The cells live with the policy's sharing rules (``rlix.core.policy.placement.sharing``),
 # which decide with the same numbers the simulator measures with.
 ASSUMED: Final = Interference(
@@ -104,7 +99,6 @@ MEASURED_H200: Final = Interference(
     MEASURED_H200_CELLS,
 )
 DEFAULT: Final = MEASURED_H200
-NOISE: Final = 0.01  # measured coefficients this far below 0 are rounding, not speed-ups
 
 
 def from_document(
@@ -113,42 +107,19 @@ def from_document(
     """The matrix in a hack/gpu-interference.py JSON document (already parsed).
 
     ``mode`` picks the sharing mechanism measured ("time_slicing" or "mps").
-    A missing cell, a non-number or a coefficient below -NOISE is an error
-    naming the cell: a malformed file must not silently become "no interference".
+    A missing cell, a non-number or a coefficient below -``NOISE`` is an error
+    naming the cell (``rules_file.cells_from_document``, the reader the
+    cluster's components use too).
     """
-    if mode not in MODES:
-        raise ValueError(f"interference mode {mode!r}: expected one of {', '.join(MODES)}")
-    block = doc.get(mode)
-    if not isinstance(block, Mapping) or not isinstance(block.get("slowdown"), Mapping):
-        raise ValueError(f"interference document has no {mode}.slowdown table")
-    table = block["slowdown"]
-    rows: dict[Shape, dict[Shape, float]] = {}
-    for a in SHAPES:
-        row = table.get(str(a))
-        if not isinstance(row, Mapping):
-            raise ValueError(f"interference document: {mode}.slowdown.{a} is missing")
-        rows[a] = {}
-        for b in SHAPES:
-            value = row.get(str(b))
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"interference document: {mode}.slowdown.{a}.{b} is not a number")
-            if value < -NOISE:
-                raise ValueError(f"interference document: {mode}.slowdown.{a}.{b} = {value} < 0")
-            rows[a][b] = max(0.0, float(value))
+    cells = cells_from_document(doc, mode)
     gpu = doc.get("gpu", "unknown GPU")
-    return _matrix(name or f"measured-{mode}", f"measured on {gpu} ({mode})", rows)
+    return Interference(name or f"measured-{mode}", f"measured on {gpu} ({mode})", cells)
 
 
 def from_json(text: str, mode: str = "time_slicing", name: str | None = None) -> Interference:
     """``from_document`` on a file's text; ValueError (saying why) for text that is
     not a JSON object, as for a bad cell. Callers read the file and name it."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    return from_document(doc, mode, name)
+    return from_document(document_from_json(text), mode, name)
 
 
 def slowdown(victim: Phase, other: Phase) -> float:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlix.core.phases import Phase
+from rlix.core.policy.placement.sharing import BUSY_SHAPES, DEFAULT_RULES, SharingRules
 from rlix.core.snapshot import GPU, ClusterSnapshot, Node, PhaseLoad, Workload
 
 FORMAT_VERSION = 1
@@ -191,3 +192,59 @@ def snapshot_from_doc(doc: Any) -> ClusterSnapshot:
     return ClusterSnapshot.of(
         (node_from_doc(n) for n in nodes), (workload_from_doc(w) for w in workloads)
     )
+
+
+def rules_to_doc(rules: SharingRules) -> dict[str, Any]:
+    """The sharing rules a component decides with, beside its snapshot: a replay
+    that judges with other rules answers a different question."""
+    matrix = None
+    if rules.interference is not None:
+        matrix = {
+            a.value: {b.value: rules.slowdown(a, b) for b in BUSY_SHAPES} for a in BUSY_SHAPES
+        }
+    return {
+        "interference": matrix,
+        "maxJobsPerGpu": rules.max_jobs_per_gpu,
+        "minPairProgress": rules.min_pair_progress,
+        "protectedPriority": rules.protected_priority,
+        "maxProtectedStretch": rules.max_protected_stretch,
+        "phaseGate": rules.phase_gate,
+    }
+
+
+def rules_from_doc(doc: Any) -> SharingRules:
+    """Rules written by ``rules_to_doc``; a field left out keeps ``DEFAULT_RULES``'."""
+    where = "sharingRules"
+    if not isinstance(doc, Mapping):
+        raise SnapshotDocumentError(f"{where} must be an object, got {doc!r}")
+    number = (int, float)
+    cells = None
+    matrix = _opt(doc, "interference", Mapping, None, where)
+    if matrix is not None:
+        found = []
+        for a in BUSY_SHAPES:
+            row = _get(matrix, a.value, Mapping, f"{where}.interference")
+            for b in BUSY_SHAPES:
+                value = float(_get(row, b.value, number, f"{where}.interference.{a.value}"))
+                if value < 0:
+                    raise SnapshotDocumentError(
+                        f"{where}.interference.{a.value}.{b.value} = {value} < 0"
+                    )
+                found.append((a, b, value))
+        cells = tuple(found)
+    d = DEFAULT_RULES
+    try:
+        return SharingRules(
+            interference=cells,
+            max_jobs_per_gpu=_opt(doc, "maxJobsPerGpu", int, d.max_jobs_per_gpu, where),
+            min_pair_progress=float(
+                _opt(doc, "minPairProgress", number, d.min_pair_progress, where)
+            ),
+            protected_priority=_opt(doc, "protectedPriority", int, d.protected_priority, where),
+            max_protected_stretch=float(
+                _opt(doc, "maxProtectedStretch", number, d.max_protected_stretch, where)
+            ),
+            phase_gate=_opt(doc, "phaseGate", bool, d.phase_gate, where),
+        )
+    except ValueError as exc:
+        raise SnapshotDocumentError(f"{where}: {exc}") from None

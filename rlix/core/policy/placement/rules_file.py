@@ -1,0 +1,118 @@
+"""The interference matrix a deployment decides sharing with, read from a file once.
+
+The extender (where a pod may go), the operator (which gangs to admit where,
+which to park) and the node agent's phase gate (who works now on a shared GPU)
+read the same file, the JSON ``make gpu-check`` writes (``hack/gpu-interference.py``),
+so the component that places a pod, the one that admits its gang and the one
+that gates its phases judge a pair the same way. Without a file the extender
+and the operator keep ``DEFAULT_RULES`` (rules 1-3: any two jobs of one
+priority may share a GPU), the phase gate the shipped H200 measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from rlix.core.policy.placement.sharing import BUSY_SHAPES, Cells, SharingRules
+
+# The file's tables: how the GPUs were shared while it was measured.
+MODES: Final = ("time_slicing", "mps")
+NOISE: Final = 0.01  # measured coefficients this far below 0 are rounding, not speed-ups
+
+
+def cells_from_document(doc: Mapping[str, object], mode: str = "time_slicing") -> Cells:
+    """The ``mode`` table of a hack/gpu-interference.py document (already parsed).
+
+    A missing cell, a non-number or a coefficient below -NOISE is an error
+    naming the cell: a malformed file must not silently become "no interference".
+    """
+    if mode not in MODES:
+        raise ValueError(f"interference mode {mode!r}: expected one of {', '.join(MODES)}")
+    block = doc.get(mode)
+    if not isinstance(block, Mapping) or not isinstance(block.get("slowdown"), Mapping):
+        raise ValueError(f"interference document has no {mode}.slowdown table")
+    table = block["slowdown"]
+    cells = []
+    for a in BUSY_SHAPES:
+        row = table.get(str(a))
+        if not isinstance(row, Mapping):
+            raise ValueError(f"interference document: {mode}.slowdown.{a} is missing")
+        for b in BUSY_SHAPES:
+            value = row.get(str(b))
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"interference document: {mode}.slowdown.{a}.{b} is not a number")
+            if value < -NOISE:
+                raise ValueError(f"interference document: {mode}.slowdown.{a}.{b} = {value} < 0")
+            cells.append((a, b, max(0.0, float(value))))
+    return tuple(cells)
+
+
+def document_from_json(text: str) -> dict[str, object]:
+    """A matrix file's text as a document; ValueError (saying why) for text that is
+    not a JSON object. Callers read the file and name it."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
+def read_matrix(path: Path, mode: str = "time_slicing") -> Cells:
+    """The cells of ``path``'s ``mode`` table; ValueError naming the file and why."""
+    try:
+        return cells_from_document(document_from_json(path.read_text(encoding="utf-8")), mode)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--interference {path}: {exc}") from None
+
+
+def rules_from(path: Path | None, mode: str, *, default: SharingRules) -> SharingRules:
+    """``default`` deciding with the matrix in ``path`` (``default`` itself without one)."""
+    if path is None:
+        return default
+    return SharingRules(
+        interference=read_matrix(path, mode),
+        max_jobs_per_gpu=default.max_jobs_per_gpu,
+        min_pair_progress=default.min_pair_progress,
+        protected_priority=default.protected_priority,
+        max_protected_stretch=default.max_protected_stretch,
+        phase_gate=default.phase_gate,
+    )
+
+
+def describe(rules: SharingRules, path: Path | None, mode: str) -> str:
+    """One line for a component's start-up log: which rules it decides with."""
+    if rules.interference is None:
+        return (
+            "sharing rules 1-3 (no interference matrix: any two jobs of one priority "
+            f"may share a GPU, at most {rules.max_jobs_per_gpu} per GPU)"
+        )
+    source = f"{path} ({mode})" if path is not None else "the shipped H200 measurement"
+    return (
+        f"sharing rules 1-5 with the interference matrix from {source}: a pair shares "
+        f"only where it delivers >= {rules.min_pair_progress:.2f} GPUs of progress"
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, effect: str) -> None:
+    """``--interference FILE`` and ``--interference-mode``; ``effect`` says what the
+    matrix changes in this component and what it does without one."""
+    parser.add_argument(
+        "--interference",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"the interference matrix, the JSON `make gpu-check` writes for the "
+        f"cluster's GPUs (bench/results/gpu_interference.json is an H200's): {effect}",
+    )
+    parser.add_argument(
+        "--interference-mode",
+        choices=MODES,
+        default="time_slicing",
+        help="which of the file's tables: how the GPUs are shared (default: %(default)s)",
+    )
