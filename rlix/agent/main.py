@@ -22,7 +22,7 @@ from rlix.agent.identities import CgroupResolver, PodDirectory, static_directory
 from rlix.agent.metrics import AgentMetrics
 from rlix.agent.park_space import ParkSpace
 from rlix.agent.parking_state import StateStore
-from rlix.agent.phase_gate import PhaseGate, load_rules
+from rlix.agent.phase_gate import PhaseGate
 from rlix.agent.preemption import Preemption
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.publishing import FilePublisher, Publisher
@@ -32,6 +32,8 @@ from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 from rlix.agent.slices import SlicePublisher, publish_slices
 from rlix.core.mps import MPS_DIR
+from rlix.core.policy.placement import rules_file
+from rlix.core.policy.placement.sharing import SharingRules
 
 if TYPE_CHECKING:
     from rlix.agent.conducting import Conducting, NodePod
@@ -267,19 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
         "deliver less than that pod alone, by the interference matrix; a copy "
         "(weight-sync) beside a kernel goes in (docs/node-agent.md, 'The phase gate')",
     )
-    p.add_argument(
-        "--interference",
-        type=Path,
-        default=None,
-        help="with --phase-gate: the interference matrix, a JSON file `make gpu-check` "
-        "writes for this node's GPUs (default: the H200 matrix the simulator ships, "
-        "measured with time-slicing)",
-    )
-    p.add_argument(
-        "--interference-mode",
-        choices=("time_slicing", "mps"),
-        default="time_slicing",
-        help="which of the file's tables: how the node's GPUs are shared (default: %(default)s)",
+    rules_file.add_arguments(
+        p,
+        "with --phase-gate, the gate decides with it (default: the H200 matrix the "
+        "simulator ships, measured with time-slicing)",
     )
     p.add_argument(
         "--phase-gate-max-wait",
@@ -417,7 +410,7 @@ def _phase_gate(
     """The phase gate for --phase-gate (None without it); ValueError for a bad matrix."""
     if not args.phase_gate:
         return None
-    rules = load_rules(args.interference, args.interference_mode)
+    rules = rules_file.rules_from(args.interference, args.interference_mode, default=SharingRules())
 
     def pod_gpus() -> dict[str, frozenset[int]]:
         held: dict[str, set[int]] = {}
@@ -457,7 +450,9 @@ def _start_phase_gate(
     logging.info(
         "phase gate on (waits at most %.0f s; matrix: %s)",
         args.phase_gate_max_wait,
-        args.interference or "the shipped H200 measurement",
+        f"{args.interference} ({args.interference_mode})"
+        if args.interference
+        else "the shipped H200 measurement",
     )
 
 

@@ -21,31 +21,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from rlix.core.phases import Phase
 from rlix.core.policy.placement.sharing import SharingRules
 from rlix.core.policy.placement.turns import Turns
-from rlix.core.sim.interference import from_json
 
 log = logging.getLogger(__name__)
 
 # Called when a held process may go: (seconds it waited, whether it went in
 # only because its wait reached the bound).
 Go = Callable[[float, bool], None]
-
-
-def load_rules(path: Path | None, mode: str = "time_slicing") -> SharingRules:
-    """The gate's rules: the matrix in a ``hack/gpu-interference.py`` JSON file,
-    or, without one, the H200 matrix the simulator ships (measured with
-    time-slicing; bench/results/gpu_interference.json)."""
-    if path is None:
-        return SharingRules()
-    try:
-        return SharingRules(interference=from_json(path.read_text(encoding="utf-8"), mode).cells)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--interference {path}: {exc}") from None
 
 
 class PhaseGate:

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlix.core.policy.placement import rules_file
+
 DESCRIPTION = """\
 Replay a captured extender snapshot and a pod through the RLix placement
 policy (the same filter and prioritize code the extender serves) and print
@@ -25,13 +27,19 @@ why each node was rejected and how the feasible nodes rank.
   rlix replay snapshot.json pod.yaml
   curl -s 127.0.0.1:8888/debug/snapshot | rlix replay - pod.yaml
   rlix replay --from-url http://127.0.0.1:8888 pod.yaml --json
+  rlix replay snapshot.json pod.yaml --interference gpu_interference.json
 
 The pod is a Pod object (JSON or YAML, as `kubectl get pod -o yaml` writes it)
 or a workload entry of a snapshot. A pod already bound in the snapshot is
-replayed as if it were still pending (its own entry is left out).
+replayed as if it were still pending (its own entry is left out). The
+sharing rules are the ones the snapshot says its extender decided with;
+--interference asks what an extender given that matrix would have said.
 """
 
-USAGE = "rlix replay [-h] [--json] [--nodes N1,N2] (SNAPSHOT | --from-url URL) POD"
+USAGE = (
+    "rlix replay [-h] [--json] [--nodes N1,N2] [--interference FILE] "
+    "(SNAPSHOT | --from-url URL) POD"
+)
 
 
 class ReplayInputError(ValueError):
@@ -59,6 +67,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--nodes", help="comma-separated node names to replay (default: all)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    rules_file.add_arguments(
+        p,
+        "judge sharing with this matrix instead of the rules the snapshot says its "
+        "extender decided with",
+    )
     p.set_defaults(run=run)
 
 
@@ -144,6 +157,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
     ]
 
 
+def _rules_line(rules: Mapping[str, Any]) -> str:
+    per_gpu = f"at most {rules['maxJobsPerGpu']} jobs per GPU"
+    if rules["interference"] is None:
+        return f"1-3, no interference matrix (any two jobs of one priority, {per_gpu})"
+    return (
+        f"1-5 with an interference matrix (a pair shares where it delivers >= "
+        f"{rules['minPairProgress']:.2f} GPUs of progress; {per_gpu})"
+    )
+
+
 def format_report(report: Mapping[str, Any], *, bound_to: str | None = None) -> str:
     """The text ``rlix replay`` prints (pure, so tests pin it)."""
     ranking: list[Mapping[str, Any]] = list(report["ranking"])
@@ -156,6 +179,9 @@ def format_report(report: Mapping[str, Any], *, bound_to: str | None = None) -> 
     if ranking:
         best = ranking[0]
         out.append(f"Best node: {best['node']} (score {best['score']}/10)")
+    rules = report.get("sharingRules")
+    if rules is not None:
+        out.append(f"Sharing rules: {_rules_line(rules)}")
     out += ["", "Ranking (score 0..10 = 3 x complement + 2 x interleave + 3 x locality "
             "+ 2 x packing):"]  # fmt: skip
     if ranking:
@@ -185,6 +211,8 @@ def format_report(report: Mapping[str, Any], *, bound_to: str | None = None) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    from rlix.core.policy.placement.documents import rules_from_doc
+    from rlix.core.policy.placement.sharing import DEFAULT_RULES
     from rlix.extender.replay import replay
 
     inputs: list[str] = args.inputs
@@ -200,7 +228,14 @@ def run(args: argparse.Namespace) -> int:
         doc = load_snapshot(snapshot_source, args.from_url)
         pod = load_pod(inputs[-1])
         doc, bound_to = without_pod(doc, pod)
-        report = replay(doc, pod, nodes)
+        rules = None
+        if args.interference is not None:
+            said = doc.get("sharingRules") if isinstance(doc, Mapping) else None
+            default = DEFAULT_RULES if said is None else rules_from_doc(said)
+            rules = rules_file.rules_from(
+                args.interference, args.interference_mode, default=default
+            )
+        report = replay(doc, pod, nodes, rules)
     except ValueError as exc:  # bad files, SnapshotDocumentError, ObjectError: all readable
         print(f"rlix replay: {exc}", file=sys.stderr)
         return 1

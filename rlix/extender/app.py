@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rlix.core.policy.placement import PlacementView, snapshot_to_doc
+from rlix.core.policy.placement.documents import rules_to_doc
 from rlix.extender.cache import ClusterCache
 from rlix.extender.handlers import Answer, do_filter, do_preempt, do_prioritize, refusal
 from rlix.extender.metrics import ExtenderMetrics
@@ -168,6 +169,7 @@ def create_app(
     @app.get("/debug/snapshot")
     async def debug_snapshot() -> Response:
         doc = snapshot_to_doc(cache.view().snapshot)
+        doc["sharingRules"] = rules_to_doc(cache.rules)
         doc["uids"] = cache.uids()
         doc["objectErrors"] = {key: list(errors) for key, errors in cache.object_errors().items()}
         doc["claims"] = {

@@ -38,6 +38,7 @@ from typing import Any
 from rlix.core import dra
 from rlix.core.objects import ObjectError, pod_name, read_node, read_pod
 from rlix.core.policy.placement import NodeLoad, PlacementView, node_load
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.core.snapshot import ClusterSnapshot, Node, Workload
 
 log = logging.getLogger("rlix.extender.cache")
@@ -48,7 +49,9 @@ ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 class ClusterCache:
     """Nodes and bound pods, keyed the way the scheduler names them."""
 
-    def __init__(self) -> None:
+    def __init__(self, rules: SharingRules = DEFAULT_RULES) -> None:
+        """``rules``: who may share a GPU with whom (``--interference`` adds rules 4-5)."""
+        self.rules = rules
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {}
         self._pods: dict[str, Workload] = {}  # "ns/name" -> workload
@@ -279,7 +282,9 @@ class ClusterCache:
                 snapshot = ClusterSnapshot(
                     nodes=dict(self._nodes), workloads=tuple(self._pods.values())
                 )
-                self._view = PlacementView(snapshot, loads=self._loads, by_job=self._by_job)
+                self._view = PlacementView(
+                    snapshot, loads=self._loads, by_job=self._by_job, rules=self.rules
+                )
             return self._view
 
     def name_of_uid(self, uid: str) -> str | None:

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Sequence
 
 from rlix.core.names import SCHEDULER_NAME
+from rlix.core.policy.placement import rules_file
+from rlix.core.policy.placement.sharing import DEFAULT_RULES
 
 DESCRIPTION = f"""\
 Serve the RLix scheduler extender (filter, prioritize, preempt) for the
@@ -18,7 +20,15 @@ docs/extender.md). The filter answers with the nodes RLix scores best, so no
 prioritizeVerb is needed (prioritize is still served, for replay and old configs).
 
 Also serves /healthz, /readyz (ready once nodes and pods were listed),
-/metrics (Prometheus) and /debug/snapshot (the cache, for `rlix replay`).
+/metrics (Prometheus) and /debug/snapshot (the cache and the sharing rules,
+for `rlix replay`).
+
+Sharing: any two jobs of one priority may share a GPU where memory allows (at
+most two jobs per GPU, one partner over all of a pod's GPUs). With
+--interference, a pair shares only where the measured matrix says it delivers
+at least 4/3 of one GPU's progress, and a top-priority job only where its
+stretch stays within 1.2; give the operator the same file, so admission and
+placement agree (docs/extender.md, "Sharing rules").
 """
 
 
@@ -45,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not watch the API server; the cache stays empty and /readyz reports "
         "ready (for tests that feed the app directly)",
     )
+    rules_file.add_arguments(
+        parser,
+        "a pair of jobs shares a GPU only where the matrix says sharing pays (default: "
+        "no matrix, any two jobs of one priority may share)",
+    )
     parser.add_argument(
         "--log-level",
         default="info",
@@ -59,6 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.port < 65536:
         build_parser().error(f"--port must be 1..65535, got {args.port}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    try:
+        rules = rules_file.rules_from(
+            args.interference, args.interference_mode, default=DEFAULT_RULES
+        )
+    except ValueError as exc:
+        build_parser().exit(2, f"rlix-extender: {exc}\n")
+    logging.getLogger("rlix.extender").info(
+        "%s", rules_file.describe(rules, args.interference, args.interference_mode)
+    )
 
     import uvicorn
 
@@ -66,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rlix.extender.cache import ClusterCache
     from rlix.extender.watcher import start_watching
 
-    cache = ClusterCache()
+    cache = ClusterCache(rules)
     stop = threading.Event()
     if args.no_watch:
         cache.mark_synced("nodes")

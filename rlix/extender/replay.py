@@ -17,7 +17,8 @@ from rlix.core.policy.placement import (
     score_nodes,
     snapshot_from_doc,
 )
-from rlix.core.policy.placement.documents import workload_from_doc
+from rlix.core.policy.placement.documents import rules_from_doc, rules_to_doc, workload_from_doc
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.core.snapshot import Workload
 from rlix.extender.objects import pending_workload
 
@@ -33,16 +34,22 @@ def replay(
     snapshot_doc: Mapping[str, Any],
     pod: Mapping[str, Any],
     node_names: Sequence[str] | None = None,
+    rules: SharingRules | None = None,
 ) -> dict[str, Any]:
     """Filter and prioritize ``pod`` against a captured snapshot.
 
     Returns a JSON-able report: feasible nodes ranked best first (with each
     score's terms; the live filter passes on those tied for the first score),
     and the reason for every rejected node. ``node_names``
-    defaults to every node in the snapshot. Raises ``ValueError`` subclasses
-    with a clear message for a bad snapshot or pod.
+    defaults to every node in the snapshot; ``rules`` to the sharing rules the
+    snapshot says its extender decided with (``DEFAULT_RULES`` for a snapshot
+    that does not say). Raises ``ValueError`` subclasses with a clear message
+    for a bad snapshot or pod.
     """
-    view = PlacementView(snapshot_from_doc(snapshot_doc))
+    if rules is None:
+        said = snapshot_doc.get("sharingRules")
+        rules = DEFAULT_RULES if said is None else rules_from_doc(said)
+    view = PlacementView(snapshot_from_doc(snapshot_doc), rules=rules)
     workload = _pending(pod)
     names = list(node_names) if node_names is not None else list(view.snapshot.nodes)
     outcome = filter_nodes(view, workload, names)
@@ -50,6 +57,7 @@ def replay(
     ranked = sorted(scores.values(), key=lambda s: (-s.score, s.node))
     return {
         "pod": workload.name,
+        "sharingRules": rules_to_doc(rules),
         "ranking": [
             {
                 "node": s.node,

@@ -28,6 +28,9 @@ from rlix.core import names
 from rlix.core.agent_protocol import SELF, Location, ProtocolError, parse_target
 from rlix.core.policy.conduct import ConductConfig
 from rlix.core.policy.ordering import CLASS_GRACE, TOP_GRACE, Grace, parse_share
+from rlix.core.policy.placement import rules_file
+from rlix.core.policy.placement.sharing import DEFAULT_RULES
+from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.operator import leadership, webhook
 from rlix.operator.admitting import DEFAULT_WINDOW, Admitter
 from rlix.operator.certificates import make_certificates
@@ -198,6 +201,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where parked memory goes: 'self' (the pod's own pinned host pool), 'host' "
         "(host memory the node agent holds) or 'gpu:<i>' (default %(default)s)",
     )
+    rules_file.add_arguments(
+        parser.add_argument_group("sharing rules (docs/extender.md, 'Sharing rules')"),
+        "two jobs are admitted onto one GPU, and a parked job resumed beside another, only "
+        "where the matrix says sharing pays; give the extender the same file (default: "
+        "no matrix, any two jobs of one priority may share)",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -259,6 +268,15 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         return datetime.now(UTC)
 
     settings = election_settings(args)
+    try:
+        rules = rules_file.rules_from(
+            args.interference, args.interference_mode, default=DEFAULT_RULES
+        )
+    except ValueError as exc:
+        raise SystemExit(f"rlix-operator: {exc}") from None
+    logging.getLogger("rlix.operator").info(
+        "%s", rules_file.describe(rules, args.interference, args.interference_mode)
+    )
     store = Store()
     api = api_client(args.kubeconfig)
     kube = Kube(api)
@@ -269,7 +287,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
     admitter = Admitter(
         store,
         recorder,
-        RLixAdmission(),
+        RLixAdmission(rules),
         metrics,
         clock,
         kube,
@@ -299,6 +317,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
             recorder,
             metrics,
             clock,
+            policy=RLixPolicy(rules=rules),
             config=ConductConfig(max_suspended_s=args.max_suspended_seconds),
             target=args.suspend_target,
             admitter=admitter,

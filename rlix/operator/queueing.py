@@ -27,6 +27,7 @@ from rlix.core.policy.ordering import (
     precedence,
     reported_left,
 )
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import ClusterSnapshot
@@ -134,8 +135,12 @@ def gang_request(job: RLJob, size: Size | None = None) -> GangRequest:
 class RLixAdmission:
     """The shipped policy: ``rlix.core.policy.admission.admit`` over RLix placement."""
 
-    def __init__(self) -> None:
-        self._placement = RLixPolicy()
+    def __init__(self, rules: SharingRules = DEFAULT_RULES) -> None:
+        self._placement = RLixPolicy(rules=rules)
+
+    @property
+    def rules(self) -> SharingRules:
+        return self._placement.rules
 
     def __call__(
         self, snapshot: ClusterSnapshot, requests: Iterable[GangRequest]

@@ -316,8 +316,9 @@ def test_the_benchmarks_overlap_counts_only_time_both_were_busy() -> None:
 
 
 def test_the_gate_keeps_its_last_reading_of_gpus_when_a_reading_fails() -> None:
-    from rlix.agent.phase_gate import PhaseGate, load_rules
+    from rlix.agent.phase_gate import PhaseGate
     from rlix.core.phases import Phase
+    from rlix.core.policy.placement.sharing import SharingRules
 
     readings: list[dict[str, frozenset[int]] | Exception] = [
         {"a": frozenset({0}), "b": frozenset({0})},
@@ -335,7 +336,7 @@ def test_the_gate_keeps_its_last_reading_of_gpus_when_a_reading_fails() -> None:
         return reading
 
     gate = PhaseGate(
-        load_rules(None), 60.0, gpus=gpus, parked=parked.__contains__, clock=lambda: clock[0]
+        SharingRules(), 60.0, gpus=gpus, parked=parked.__contains__, clock=lambda: clock[0]
     )
     assert gate.enter("a", "a0", Phase.TRAINING, lambda w, e: answered.append(("a", w, e)))
     assert not gate.enter("b", "b0", Phase.TRAINING, lambda w, e: answered.append(("b", w, e)))

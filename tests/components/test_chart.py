@@ -475,12 +475,85 @@ def test_the_phase_gate_value_gives_the_agent_arguments_it_accepts_and_its_matri
     args = build_parser().parse_args([*container["args"], "--node-name=n"])
     assert _argument_error(args) is None
     assert args.phase_gate and args.phase_gate_max_wait == 120.0
-    mount = next(m for m in container["volumeMounts"] if m["name"] == "phase-gate")
-    volume = next(v for v in on["volumes"] if v["name"] == "phase-gate")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "interference")
+    volume = next(v for v in on["volumes"] if v["name"] == "interference")
     assert volume["configMap"]["name"] == "h200-matrix" and mount["readOnly"]
     assert args.interference == Path(mount["mountPath"]) / "interference.json"
     # Without a ConfigMap the agent decides with the matrix it ships.
     default = _agent_pod_spec(helm, "--set", "nodeAgent.phaseGate.enabled=true")
-    assert all(v["name"] != "phase-gate" for v in default["volumes"])
+    assert all(v["name"] != "interference" for v in default["volumes"])
     args = build_parser().parse_args([*default["containers"][0]["args"], "--node-name=n"])
     assert args.phase_gate and args.interference is None and args.phase_gate_max_wait == 600.0
+
+
+def _pod_spec(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    spec: dict[str, Any] = _workload(docs, component)["spec"]["template"]["spec"]
+    return spec
+
+
+def _matrix_of(spec: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """The ConfigMap a pod mounts at the path its first container's
+    --interference names, and that container's interference arguments."""
+    (container,) = spec["containers"]
+    given = [a for a in container["args"] if a.startswith("--interference")]
+    mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+    if "interference" not in mounts:
+        return None, given
+    volume = next(v for v in spec["volumes"] if v["name"] == "interference")
+    assert mounts["interference"]["readOnly"]
+    file = f"{mounts['interference']['mountPath']}/interference.json"
+    assert f"--interference={file}" in given, given
+    return volume["configMap"]["name"], given
+
+
+def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm: Helm) -> None:
+    """Placement, admission and the phase gate judge a pair with the same file;
+    the gate may have one of its own. Every argument list parses with the
+    component's own parser, so a flag the chart writes is one it accepts."""
+    from rlix.agent.main import build_parser as agent_parser
+    from rlix.extender.main import build_parser as extender_parser
+    from rlix.operator.main import parse_args as operator_args
+
+    docs = _render(helm, "--set", "nodeAgent.phaseGate.enabled=true")
+    for component in ("extender", "operator", "node-agent"):
+        assert _matrix_of(_pod_spec(docs, component)) == (None, []), component
+
+    docs = _render(
+        helm,
+        "--set", "sharing.interferenceConfigMap=cluster-matrix",
+        "--set", "sharing.interferenceMode=mps",
+        "--set", "nodeAgent.phaseGate.enabled=true",
+    )  # fmt: skip
+    for component in ("extender", "operator", "node-agent"):
+        name, given = _matrix_of(_pod_spec(docs, component))
+        assert name == "cluster-matrix", component
+        assert "--interference-mode=mps" in given, component
+    extender = _pod_spec(docs, "extender")["containers"][0]["args"]
+    assert extender_parser().parse_args(extender).interference_mode == "mps"
+    operator = _pod_spec(docs, "operator")["containers"][0]["args"]
+    assert str(operator_args(operator).interference).endswith("/interference.json")
+    agent = _pod_spec(docs, "node-agent")["containers"][0]["args"]
+    assert agent_parser().parse_args([*agent, "--node-name=n"]).interference_mode == "mps"
+
+    # The gate's own ConfigMap wins for the gate alone; without the gate the
+    # agent reads no matrix (--interference is the gate's).
+    docs = _render(
+        helm,
+        "--set", "sharing.interferenceConfigMap=cluster-matrix",
+        "--set", "nodeAgent.phaseGate.enabled=true",
+        "--set", "nodeAgent.phaseGate.interferenceConfigMap=gate-matrix",
+    )  # fmt: skip
+    assert _matrix_of(_pod_spec(docs, "node-agent"))[0] == "gate-matrix"
+    assert _matrix_of(_pod_spec(docs, "extender"))[0] == "cluster-matrix"
+    docs = _render(helm, "--set", "sharing.interferenceConfigMap=cluster-matrix")
+    assert _matrix_of(_pod_spec(docs, "node-agent")) == (None, [])
+    assert _matrix_of(_pod_spec(docs, "operator"))[0] == "cluster-matrix"
+
+
+def test_a_sharing_mode_the_components_do_not_know_is_refused(helm: Helm) -> None:
+    result = helm(
+        "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "sharing.interferenceMode=mig",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "sharing" in result.stderr and "interferenceMode" in result.stderr

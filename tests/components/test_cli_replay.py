@@ -104,6 +104,43 @@ def test_every_rejected_node_is_explained(
     assert "node's GPUs have 24.0 GiB (L4)" in rejected["small"]
 
 
+def test_the_report_says_its_sharing_rules_and_a_matrix_can_be_asked_about(
+    files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The snapshot (no ``sharingRules``: an extender without a matrix) puts the
+    rollout on GPU 0 of the training node, beside the trainer (GPUs 0-3).
+    Asked with the H200 matrix, that pair delivers 0.95 GPUs of progress, so
+    the pod takes a GPU nobody holds (4) there and on the rollout node. A
+    snapshot that says it was taken with that matrix replays the same."""
+    snap, pod_file = files
+    assert main(["replay", str(snap), str(pod_file)]) == 0
+    assert "Sharing rules: 1-3, no interference matrix" in capsys.readouterr().out
+    assert main(["replay", str(snap), str(pod_file), "--json"]) == 0
+    shared = {r["node"]: r["gpus"] for r in json.loads(capsys.readouterr().out)["ranking"]}
+    assert shared["train"] == [0]
+
+    matrix = Path(__file__).resolve().parents[2] / "bench/results/gpu_interference.json"
+    args = ["replay", str(snap), str(pod_file), "--interference", str(matrix)]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {r["node"]: r["gpus"] for r in report["ranking"]} == {
+        "train": [4],
+        "roll": [4],
+        "empty": [0],
+    }
+    assert report["sharingRules"]["interference"]["memory"]["compute"] == 2.17
+    assert main(args) == 0
+    assert "Sharing rules: 1-5 with an interference matrix (a pair shares where it " in (
+        capsys.readouterr().out
+    )
+
+    said = tmp_path / "with-matrix.json"
+    doc = {**json.loads(snap.read_text()), "sharingRules": report["sharingRules"]}
+    said.write_text(json.dumps(doc))
+    assert main(["replay", str(said), str(pod_file), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranking"] == report["ranking"]
+
+
 def test_json_output_and_stdin_snapshot(
     files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

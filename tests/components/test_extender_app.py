@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.extender.app import create_app
 from rlix.extender.cache import ADDED, ClusterCache
 from rlix.extender.replay import replay
@@ -29,9 +30,11 @@ def call(app: Any, method: str, path: str, body: bytes | None = None) -> httpx.R
     return asyncio.run(go())
 
 
-def fed(c: ClusterBuilder, *, ready: bool = True) -> ClusterCache:
+def fed(
+    c: ClusterBuilder, *, ready: bool = True, rules: SharingRules = DEFAULT_RULES
+) -> ClusterCache:
     snap = c.build()
-    cache = ClusterCache()
+    cache = ClusterCache(rules)
     for n in snap.nodes.values():
         cache.apply_node(ADDED, node_object(n))
     for w in snap.workloads:
@@ -120,6 +123,35 @@ def test_prioritize_prefers_the_complementary_node(app: Any) -> None:
     assert set(r.json()[0]) == {"Host", "Score"}
     assert scores["train-node"] > scores["roll-node"]
     assert all(0 <= s <= 10 for s in scores.values())
+
+
+def test_with_an_interference_matrix_a_pair_that_loses_progress_does_not_share() -> None:
+    """Under the H200 matrix (``SharingRules()``, what ``--interference
+    bench/results/gpu_interference.json`` loads) a rollout beside a training
+    GPU delivers 0.95 of one GPU's progress and beside another rollout 0.90,
+    both below rule 5's 4/3: the new rollout goes to the empty node, and the
+    nodes it would have shared are failed saying which rules refused it. The
+    captured snapshot carries the rules, so its replay refuses the same."""
+    c = CLUSTER.with_nodes(node("empty"))
+    names = ["train-node", "roll-node", "empty"]
+    sharing = call(create_app(fed(c)), "POST", "/filter", extender_args(NEW_ROLLOUT, names))
+    assert sharing.json()["NodeNames"] == ["train-node"]
+
+    app = create_app(fed(c, rules=SharingRules()))
+    body = call(app, "POST", "/filter", extender_args(NEW_ROLLOUT, names)).json()
+    assert body["NodeNames"] == ["empty"]
+    assert set(body["FailedNodes"]) == {"train-node", "roll-node"}
+    for reason in body["FailedNodes"].values():
+        assert "8 of 8 GPUs have room for the pod, but the sharing rules" in reason, reason
+        assert "at most 0 of them together" in reason, reason
+
+    snap = call(app, "GET", "/debug/snapshot").json()
+    assert snap["sharingRules"]["interference"]["memory"]["compute"] == 2.17
+    report = replay(snap, NEW_ROLLOUT, names)
+    assert [r["node"] for r in report["ranking"]] == ["empty"]
+    assert report["failed"] == body["FailedNodes"]
+    # Asked with other rules, the same snapshot shares again.
+    assert replay(snap, NEW_ROLLOUT, names, DEFAULT_RULES)["failed"] == {}
 
 
 def test_preempt_rewrites_victims_to_the_least_harmful() -> None:
@@ -233,6 +265,7 @@ def test_health_readiness_metrics_and_snapshot() -> None:
 
     snap = call(app, "GET", "/debug/snapshot").json()
     assert {n["name"] for n in snap["nodes"]} == {"train-node", "roll-node", "tiny"}
+    assert snap["sharingRules"]["interference"] is None  # no --interference: rules 1-3
     assert snap["uids"][uid_for("default/t0")] == "default/t0"
     # The captured snapshot replays offline to the same verdict as the live app.
     report = replay(snap, NEW_ROLLOUT)

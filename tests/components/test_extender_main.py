@@ -8,6 +8,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from tests.builders.objects import extender_args, pod_object
 from tests.builders.placement import pod
@@ -19,10 +23,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_serves_over_loopback_without_a_cluster() -> None:
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def serving(*args: str) -> Iterator[str]:
+    """``rlix-extender --no-watch`` on a free loopback port; its base URL once ready."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlix.extender.main", "--no-watch", "--port", str(port)],
+        [sys.executable, "-m", "rlix.extender.main", "--no-watch", "--port", str(port), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -38,6 +47,23 @@ def test_serves_over_loopback_without_a_cluster() -> None:
                 assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 assert time.monotonic() < deadline, "extender did not start in 30 s"
                 time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def _rules(base: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{base}/debug/snapshot", timeout=5) as r:
+        rules: dict[str, Any] = json.loads(r.read())["sharingRules"]
+    return rules
+
+
+def test_serves_over_loopback_without_a_cluster() -> None:
+    with serving() as base:
+        assert _rules(base)["interference"] is None
         body = extender_args(pod_object(pod("p").build()), ["n1"])
         req = urllib.request.Request(f"{base}/filter", data=body, method="POST")
         req.add_header("Content-Type", "application/json")
@@ -45,11 +71,29 @@ def test_serves_over_loopback_without_a_cluster() -> None:
             answer = json.loads(r.read())
         assert answer["NodeNames"] == []
         assert "not in the rlix extender's cache" in answer["FailedAndUnresolvableNodes"]["n1"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        if proc.stdout:
-            proc.stdout.close()
+
+
+def test_decides_with_the_interference_matrix_it_is_given() -> None:
+    matrix = ROOT / "bench/results/gpu_interference.json"
+    with serving("--interference", str(matrix)) as base:
+        rules = _rules(base)
+    assert rules["interference"]["compute"]["memory"] == 0.573  # the file's cell
+    assert rules["minPairProgress"] == 4 / 3
+
+
+def test_an_unreadable_matrix_is_a_usage_error_naming_the_file_and_why(tmp_path: Path) -> None:
+    bad = tmp_path / "interference.json"
+    bad.write_text('{"time_slicing": {"slowdown": {"compute": {"compute": "fast"}}}}')
+    out = subprocess.run(
+        [sys.executable, "-m", "rlix.extender.main", "--no-watch", f"--interference={bad}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert f"rlix-extender: --interference {bad}: " in out.stderr
+    assert "time_slicing.slowdown.compute.compute is not a number" in out.stderr
 
 
 def test_bad_port_is_a_usage_error() -> None:
