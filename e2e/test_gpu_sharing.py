@@ -21,6 +21,7 @@ import json
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +299,55 @@ def _snapshot(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/debug/snapshot", timeout=5) as response:
         found: dict[str, Any] = json.loads(response.read())
     return found
+
+
+@contextmanager
+def restarted_with(operator: OperatorProcess, *args: str) -> Iterator[OperatorProcess]:
+    """The module's operator, restarted with ``args`` added; as it was after."""
+    before = operator.extra_args
+    operator.stop()
+    operator.extra_args = (*before, *args)
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        operator.extra_args = before
+        operator.start()
+
+
+def test_with_the_measured_matrix_a_pair_that_loses_progress_waits_instead_of_sharing(
+    dra_cluster: DevCluster, operator: OperatorProcess, ns: str
+) -> None:
+    """The same two jobs as above, with the operator given the H200 measurement
+    (``--interference bench/results/gpu_interference.json``). Each declares a
+    training (compute-bound) and a rollout (memory-bound) phase; on one GPU the
+    pair's worst moment delivers 0.95 of a GPU's progress (1 / (1 + 0.573) for
+    the GEMM, 1 / (1 + 2.17) for the decode), below rule 5's 4/3. Memory alone
+    would let ``b`` in (the test above): with the matrix admission refuses it,
+    saying the sharing rules did, and admits it once ``a`` is gone."""
+    cluster = dra_cluster
+    matrix = ROOT / "bench" / "results" / "gpu_interference.json"
+    with restarted_with(operator, "--interference", str(matrix)):
+        assert f"interference matrix from {matrix} (time_slicing)" in operator.log.read_text()
+        apply(cluster, ns, rljob("a", 40000))
+        wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
+        apply(cluster, ns, rljob("b", 30000))
+        condition = wait_for(
+            "b refused",
+            lambda: (
+                (c := rljob_condition(cluster, ns, "b", "Admitted"))
+                and c["status"] == "False"
+                and c
+            ),
+        )
+        assert condition["reason"] == "WaitingForGPUs", condition
+        message = condition["message"]
+        assert "1 of 1 GPUs have room for the pod, but the sharing rules" in message, message
+        assert "at most 0 of them together" in message, message
+        assert not get_json(cluster, "pods", "-n", ns, "-l", f"{names.LABEL_JOB}=b")["items"]
+
+        cluster.kubectl("delete", "rljob", "a", "-n", ns, "--timeout=60s")
+        wait_for("b Running", lambda: rljob_state(cluster, ns, "b") == "Running", timeout_s=180)
+        allocation = dra.read_allocation(claim(cluster, ns, "b-trainer-0"))
+        assert allocation is not None and allocation.gpus == (0,)

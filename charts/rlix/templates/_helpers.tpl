@@ -144,3 +144,22 @@ spec:
     matchLabels: {{- include "rlix.selectorLabels" . | nindent 6 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The interference matrix: args, mount or volume (.part) for a component that
+reads the ConfigMap named by .configMap, indented by .indent after a newline;
+nothing at all when .configMap is "". Dict: root, configMap, part, indent.
+*/}}
+{{- define "rlix.interference" -}}
+{{- if .configMap }}
+{{- $lines := "" }}
+{{- if eq .part "args" }}
+{{- $lines = printf "- --interference=/etc/rlix/interference/interference.json\n- \"--interference-mode=%s\"" .root.Values.sharing.interferenceMode }}
+{{- else if eq .part "mount" }}
+{{- $lines = "- {name: interference, mountPath: /etc/rlix/interference, readOnly: true}" }}
+{{- else }}
+{{- $lines = printf "- name: interference\n  configMap: {name: %s}" .configMap }}
+{{- end }}
+{{- $lines | nindent .indent }}
+{{- end }}
+{{- end -}}
