@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,7 @@ def test_example_runs_bound_on_gpu_nodes_and_delete_removes_everything(
     created = pods(cluster, namespace, job.name)
     expected = {f"{job.name}-{r.name}-{i}" for r in job.spec.roles for i in range(r.replicas)}
     assert {p["metadata"]["name"] for p in created} == expected
+    said_somewhere = False
     for pod in created:
         role = job.spec.role(pod["metadata"]["labels"][names.LABEL_ROLE])
         assert role is not None
@@ -74,6 +76,13 @@ def test_example_runs_bound_on_gpu_nodes_and_delete_removes_everything(
         assert (owner["kind"], owner["uid"], owner["controller"]) == ("RLJob", uid, True)
         limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
         assert int(limits.get(names.GPU_RESOURCE, 0)) == role.gpus_per_replica
+        # How the pod spends an iteration, as admission weighed it (grpo-trl's
+        # pools, verl's colocated trainer; none without phaseProfile).
+        said = pod["metadata"].get("annotations", {}).get(names.ANNOTATION_PHASE_SECONDS)
+        seconds = job.spec.pod_phase_seconds(role) if role.gpus_per_replica else {}
+        assert (json.loads(said) if said else {}) == {p.value: s for p, s in seconds.items()}
+        said_somewhere |= bool(said)
+    assert said_somewhere == (job.spec.phase_profile is not None)
 
     table = cluster.kubectl("get", "rlj", job.name, "-n", namespace).stdout
     assert "Running" in table and str(job.spec.gpus) in table

@@ -41,6 +41,9 @@ LABEL_PREEMPTIBLE: Final = f"{GROUP}/preemptible"  # "true"/"false" (label or an
 ANNOTATION_GANG_SIZE: Final = f"{GROUP}/gang-size"  # pods of the job that must run together
 ANNOTATION_SUSPENDED: Final = f"{GROUP}/suspended"  # "true" while memory is parked off-GPU
 ANNOTATION_GPU_INDICES: Final = f"{GROUP}/gpu-indices"  # "0,1": GPUs the pod holds
+# JSON {phase: seconds} of one iteration as the pod lives it ("idle": waiting
+# on the job's other roles): what the sharing rules weigh a pair by.
+ANNOTATION_PHASE_SECONDS: Final = f"{GROUP}/phase-seconds"
 # Where the operator's admission planned a pod that is not bound yet.
 ANNOTATION_ADMITTED_NODE: Final = f"{GROUP}/admitted-node"
 # What a node agent publishes on its Node: JSON list of

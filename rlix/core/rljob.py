@@ -114,7 +114,9 @@ class PhaseMemory(_Model):
 
 class PhaseProfile(_Model):
     """Expected seconds per iteration in each phase; RLix refines it from observation.
-    With iterations, their sum sizes the job until its first iteration is measured."""
+    With iterations, their sum sizes the job until its first iteration is measured.
+    Each pod carries its part (rlix.io/phase-seconds): with an interference matrix,
+    RLix lets two jobs share a GPU only where their phases are expected to pay."""
 
     rollout: _Seconds | None = None
     scoring: _Seconds | None = None
@@ -426,6 +428,39 @@ class RLJobSpec(_Model):
 
     def role(self, name: str) -> Role | None:
         return next((r for r in self.roles if r.name == name), None)
+
+    def pod_phase_seconds(self, role: Role) -> dict[Phase, int]:
+        """Seconds one iteration keeps a pod of ``role`` in each phase, by
+        phaseProfile (``rlix.io/phase-seconds``; empty without one).
+
+        A job with a rollout role is disaggregated: its rollout pods work in
+        rollout and weight sync and wait (``idle``) through scoring and
+        training, its trainer pods the other way round (the simulator's
+        ``ROLE_ACTIVE``). A job without one runs every phase in its trainer.
+        Reference, reward and critic roles are left undeclared: when they work
+        depends on the framework, and undeclared is judged at full pressure.
+        """
+        p = self.phase_profile
+        if p is None:
+            return {}
+        seconds = {
+            Phase.ROLLOUT: p.rollout or 0,
+            Phase.SCORING: p.scoring or 0,
+            Phase.TRAINING: p.training or 0,
+            Phase.WEIGHT_SYNC: p.weight_sync or 0,
+        }
+        disaggregated = any(r.kind is RoleKind.ROLLOUT for r in self.roles)
+        if role.kind is RoleKind.ROLLOUT:
+            works = {Phase.ROLLOUT, Phase.WEIGHT_SYNC}
+        elif role.kind is RoleKind.TRAINER:
+            works = set(seconds) - {Phase.ROLLOUT} if disaggregated else set(seconds)
+        else:
+            return {}
+        out = {phase: s for phase, s in seconds.items() if phase in works and s > 0}
+        idle = sum(s for phase, s in seconds.items() if phase not in works)
+        if idle > 0:
+            out[Phase.IDLE] = idle
+        return out if any(s > 0 for phase, s in out.items() if phase is not Phase.IDLE) else {}
 
 
 # Condition types on RLJob.status.conditions.

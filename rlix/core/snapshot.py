@@ -100,6 +100,22 @@ class PhaseLoad:
             raise ValueError(f"PhaseLoad share/pressure must lie in [0, 1]: {self}")
 
 
+def load_profile_of(seconds: Mapping[Phase, float]) -> tuple[tuple[PhaseLoad, ...], float]:
+    """A pod's segments and its iteration's seconds from the seconds it spends in
+    each phase of one iteration (``rlix.io/phase-seconds``): each phase's share
+    of the total, busy phases at full pressure (a cluster measures none lower),
+    idle at none. ``((), 0.0)`` when nothing is declared."""
+    total = float(sum(seconds.values()))
+    if total <= 0:
+        return (), 0.0
+    profile = tuple(
+        PhaseLoad(phase, s / total, 0.0 if phase is Phase.IDLE else 1.0)
+        for phase, s in seconds.items()
+        if s > 0
+    )
+    return profile, total
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """One pod of an RL job, reduced to what placement and preemption need.
@@ -127,8 +143,8 @@ class Workload:
     # The segments of one iteration with their time shares and pressures
     # (``PhaseLoad``); empty when unknown, and then the sharing rules assume
     # every declared phase at full pressure. The simulator fills it from its
-    # job model; in a cluster the conductor could, from the phase changes the
-    # pods report and the agent's utilisation counters (docs/simulator.md).
+    # job model; in a cluster each pod says it (``rlix.io/phase-seconds``, from
+    # the RLJob's phaseProfile: busy phases at full pressure, ``load_profile_of``).
     load_profile: tuple[PhaseLoad, ...] = ()
     # Alone seconds of one iteration of its job (what the profile's shares
     # divide); 0 when unknown. The phase gate's pair estimate needs it

@@ -14,7 +14,7 @@ from typing import Any
 from rlix.core import dra, mps, names
 from rlix.core.objects.nodes import label_pairs, tolerations_of
 from rlix.core.rljob import RLJob, Role, RoleKind
-from rlix.core.snapshot import Toleration, Workload
+from rlix.core.snapshot import PhaseLoad, Toleration, Workload, load_profile_of
 from rlix.operator.peers import owner_reference, peer_env, service_name
 
 LABEL_INDEX = names.LABEL_REPLICA_INDEX
@@ -194,6 +194,11 @@ def build_pod(
     memory = _memory_annotation(role)
     if memory is not None:
         annotations[names.ANNOTATION_GPU_MEMORY_MIB] = memory
+    seconds = job.spec.pod_phase_seconds(role)
+    if seconds and role.gpus_per_replica:
+        annotations[names.ANNOTATION_PHASE_SECONDS] = json.dumps(
+            {phase.value: s for phase, s in seconds.items()}, separators=(",", ":")
+        )
     socket = f"{agent_socket_dir.rstrip('/')}/{names.AGENT_SOCKET_FILE}"
     env = peer_env(job, role, index, socket_path=socket, claimed=claim is not None)
     spec = template.spec.body()
@@ -270,10 +275,13 @@ def planned_workloads(job: RLJob) -> tuple[Workload, ...]:
     # A role's replicas share its template's placement; building one pod per
     # role (not per replica) keeps an admission pass cheap for wide gangs.
     constraints: dict[str, tuple[tuple[tuple[str, str], ...], tuple[Toleration, ...]]] = {}
+    profiles: dict[str, tuple[tuple[PhaseLoad, ...], float]] = {}
     for name, (role, index) in desired_pod_names(job).items():
         if role.name not in constraints:
             constraints[role.name] = _placement_constraints(job, role, index)
+            profiles[role.name] = load_profile_of(job.spec.pod_phase_seconds(role))
         selector, tolerations = constraints[role.name]
+        profile, iteration_s = profiles[role.name]
         out.append(
             Workload(
                 name=f"{job.namespace}/{name}",
@@ -286,6 +294,8 @@ def planned_workloads(job: RLJob) -> tuple[Workload, ...]:
                 gang_size=size,
                 node_selector=selector,
                 tolerations=tolerations,
+                load_profile=profile,
+                iteration_s=iteration_s,
             )
         )
     return tuple(out)

@@ -42,6 +42,13 @@ def pod_object(w: Workload, *, uid: str | None = None) -> dict[str, Any]:
         notes[names.ANNOTATION_GANG_SIZE] = str(w.gang_size)
     if w.gpu_indices:
         notes[names.ANNOTATION_GPU_INDICES] = ",".join(map(str, w.gpu_indices))
+    if w.load_profile and w.iteration_s:
+        # What a pod can say of its profile: seconds per phase (pressures are
+        # read back as full for busy phases, none for idle).
+        seconds: dict[str, float] = {}
+        for seg in w.load_profile:
+            seconds[seg.phase.value] = seconds.get(seg.phase.value, 0.0) + seg.share * w.iteration_s
+        notes[names.ANNOTATION_PHASE_SECONDS] = json.dumps(seconds)
     resources = {"limits": {names.GPU_RESOURCE: str(w.gpus)}} if w.gpus else {}
     spec: dict[str, Any] = {
         "schedulerName": names.SCHEDULER_NAME,

@@ -154,6 +154,41 @@ def test_with_an_interference_matrix_a_pair_that_loses_progress_does_not_share()
     assert replay(snap, NEW_ROLLOUT, names, DEFAULT_RULES)["failed"] == {}
 
 
+def test_with_the_matrix_disaggregated_pools_that_say_their_seconds_share() -> None:
+    """grpo-trl.yaml's pools (docs/rljob.md): a rollout pod works 250 s of a
+    360 s iteration and waits 110, a trainer pod works 120 and waits 240.
+    Under the H200 matrix two busy kernels deliver 0.90-0.95 of a GPU, but
+    pods that idle most of their cycle take turns at the phase gate, so the
+    pair's expected progress passes rule 5 (``sharing``): a trainer of one job
+    may go beside another job's rollout pod when both say their seconds
+    (``rlix.io/phase-seconds``), and not when either leaves them out."""
+    rollout = pod("r0").job("a").role("rollout").memory(rollout=30 * GiB, idle=30 * GiB)
+    trainer = pod("t0").job("b").role("trainer").memory(training=30 * GiB, idle=30 * GiB)
+    said_rollout = rollout.load(("rollout", 250 / 360, 1.0), ("idle", 110 / 360, 0.0)).iteration(
+        360
+    )
+    said_trainer = trainer.load(("training", 120 / 360, 1.0), ("idle", 240 / 360, 0.0)).iteration(
+        360
+    )
+    one_gpu = node("n").gpus(1)
+    for resident, pending, shares in (
+        (said_rollout, said_trainer, True),
+        (rollout, said_trainer, False),
+        (said_rollout, trainer, False),
+    ):
+        cache = fed(
+            cluster().with_nodes(one_gpu).with_pods(resident.phase("rollout").on("n", 0)),
+            rules=SharingRules(),
+        )
+        body = call(
+            create_app(cache), "POST", "/filter", extender_args(pod_object(pending.build()), ["n"])
+        ).json()
+        if shares:
+            assert body["NodeNames"] == ["n"], body
+        else:
+            assert body["NodeNames"] == [] and "sharing rules" in body["FailedNodes"]["n"], body
+
+
 def test_preempt_rewrites_victims_to_the_least_harmful() -> None:
     c = (
         cluster()

@@ -264,3 +264,63 @@ def test_node_heartbeats_do_not_trigger_admission() -> None:
     resized["metadata"]["resourceVersion"] = "3"
     store.put_node(resized)
     assert store.queue_changed
+
+
+PHASE_PROFILE = {"rollout": 240, "scoring": 20, "training": 90, "weight-sync": 10}
+
+
+def _pools(name: str, *, profile: bool) -> RLJob:
+    """A disaggregated job: one trainer GPU, one rollout GPU, 30000 MiB each."""
+    role = {"replicas": 1, "gpusPerReplica": 1, "image": "x"}
+    return RLJob.model_validate(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"uid-{name}",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "spec": {
+                **({"phaseProfile": PHASE_PROFILE} if profile else {}),
+                "roles": [
+                    {**role, "name": "t", "kind": "trainer",
+                     "gpuMemoryMiB": {"training": 30000, "idle": 30000}},
+                    {**role, "name": "r", "kind": "rollout",
+                     "gpuMemoryMiB": {"rollout": 30000, "idle": 30000}},
+                ],
+            },
+        }
+    )  # fmt: skip
+
+
+def test_with_the_matrix_a_job_is_admitted_beside_another_only_where_both_say_their_seconds() -> (
+    None
+):
+    """Job ``a`` holds both GPUs of a 2-GPU node, its trainer on one, its rollout
+    pool on the other. Under the H200 matrix (``SharingRules()``) ``b``'s pools
+    may go beside ``a``'s when both jobs declare phaseProfile (each pool waits
+    through the other's phases, so at the phase gate a pair expects more than
+    4/3 of a GPU's progress); without it the worst case (0.95) refuses them
+    and ``b`` waits, saying the sharing rules did. Rules 1-3 (no matrix) let
+    ``b`` in either way."""
+    from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
+
+    for profile, rules, admitted in (
+        (True, SharingRules(), True),
+        (False, SharingRules(), False),
+        (False, DEFAULT_RULES, True),
+    ):
+        a, b = _pools("a", profile=profile), _pools("b", profile=profile)
+        pods = []
+        for index, (_, (role, replica)) in enumerate(desired_pod_names(a).items()):
+            pod = build_pod(a, role, replica, owner_uid="u")
+            pod["spec"]["nodeName"] = "n1"
+            pod["metadata"]["annotations"][names.ANNOTATION_GPU_INDICES] = str(index)
+            pods.append(pod)
+        snapshot = build_snapshot([node("n1", gpus=2)], pods)
+        (decision,) = RLixAdmission(rules)(snapshot, [gang_request(b)])
+        assert decision.admitted is admitted, (profile, rules, decision)
+        if not admitted:
+            assert "the sharing rules let it take at most 0" in decision.message, decision
+        else:
+            assert {p.node for p in decision.placements} == {"n1"}

@@ -104,7 +104,38 @@ def test_the_built_pod_reads_back_as_the_planned_workload() -> None:
         assert seen.memory_mib == want.memory_mib
         assert seen.preemptible == want.preemptible and seen.gang_size == want.gang_size
         assert (seen.node_selector, seen.tolerations) == (want.node_selector, want.tolerations)
+        assert (seen.load_profile, seen.iteration_s) == ((), 0.0)  # no phaseProfile
+        assert (want.load_profile, want.iteration_s) == ((), 0.0)
     assert planned["team-a/ppo-llama-helpful-critic-0"].memory_mib[Phase.TRAINING] == 70000
+
+
+def test_each_pod_says_how_its_iteration_is_spent_and_reads_back_as_planned() -> None:
+    """grpo-trl.yaml declares phaseProfile rollout 240, scoring 20, training 90,
+    weight sync 10 s, with a rollout role: disaggregated. Its rollout pod
+    works 240 + 10 s and waits 110; its trainer pod works 20 + 90 + 10 and
+    waits the 240 of rollout. Admission weighs the planned pods by it; the
+    extender reads the same off the pods."""
+    raw = yaml.safe_load((EXAMPLES / "grpo-trl.yaml").read_text())
+    raw["metadata"].update(namespace="team-a", uid="uid-1")
+    job = RLJob.model_validate(raw)
+    planned = {w.role: w for w in planned_workloads(job)}
+    expected = {
+        "policy": {"scoring": 20, "training": 90, "weight-sync": 10, "idle": 240},
+        "rollout": {"rollout": 240, "weight-sync": 10, "idle": 110},
+    }
+    for role in job.spec.roles:
+        pod = build_pod(job, role, 0, owner_uid="u")
+        said = json.loads(pod["metadata"]["annotations"][names.ANNOTATION_PHASE_SECONDS])
+        assert said == expected[role.name]
+        seen = workload_from_pod(pod)
+        assert seen.iteration_s == planned[role.name].iteration_s == 360.0
+        assert seen.load_profile == planned[role.name].load_profile
+    shares = {(s.phase, round(s.share, 4), s.pressure) for s in planned["rollout"].load_profile}
+    assert shares == {
+        (Phase.ROLLOUT, round(240 / 360, 4), 1.0),
+        (Phase.WEIGHT_SYNC, round(10 / 360, 4), 1.0),
+        (Phase.IDLE, round(110 / 360, 4), 0.0),
+    }
 
 
 def test_planned_pods_carry_the_templates_selector_and_rlixs_gpu_toleration() -> None:

@@ -32,6 +32,11 @@ SAMPLES: dict[tuple[str, str], tuple[Any, Any, Any]] = {
     ("Pod", "rlix.io/gang-size"): ("4", 4, "0"),
     ("Pod", "rlix.io/gpu-memory-mib"): ('{"rollout": 100}', {Phase.ROLLOUT: 100}, '{"warmup": 1}'),
     ("Pod", "rlix.io/phase"): ("Weight-Sync", Phase.WEIGHT_SYNC, "warmup"),
+    ("Pod", "rlix.io/phase-seconds"): (
+        '{"rollout": 240, "weight-sync": 10.5, "idle": 60}',
+        {Phase.ROLLOUT: 240.0, Phase.WEIGHT_SYNC: 10.5, Phase.IDLE: 60.0},
+        '{"idle": 60}',
+    ),
     ("Pod", "rlix.io/suspended"): ("true", True, "maybe"),
     ("Pod", "rlix.io/gpu-indices"): ("0, 3", (0, 3), "a,b"),
     ("Pod", "rlix.io/admitted-node"): ("n1", "n1", ["n1"]),

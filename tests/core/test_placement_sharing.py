@@ -19,7 +19,7 @@ from rlix.core.policy.placement.sharing import (
 )
 from rlix.core.sim.interference import ASSUMED, MEASURED_H200
 from rlix.core.sim.workload import JobSpec, profile_for
-from rlix.core.snapshot import PhaseLoad, Workload
+from rlix.core.snapshot import PhaseLoad, Workload, load_profile_of
 from tests.builders.placement import cluster, node, pod
 
 GiB = 1024
@@ -349,3 +349,11 @@ def test_with_a_matrix_a_gang_s_next_pod_pairs_with_its_placed_pods_partner() ->
     second = _trainer("new-1", "new").build()
     scores = score_nodes(PlacementView(snap, rules=SharingRules(ASSUMED_CELLS)), second, ["z", "y"])
     assert scores["y"].score > scores["z"].score
+
+
+def test_declared_seconds_become_shares_at_full_pressure_and_idle_at_none() -> None:
+    assert load_profile_of({}) == ((), 0.0)
+    assert load_profile_of({Phase.IDLE: 0}) == ((), 0.0)
+    profile, total = load_profile_of({Phase.ROLLOUT: 240, Phase.WEIGHT_SYNC: 0, Phase.IDLE: 120})
+    assert total == 360.0
+    assert profile == (PhaseLoad(Phase.ROLLOUT, 240 / 360, 1.0), PhaseLoad(Phase.IDLE, 1 / 3, 0.0))

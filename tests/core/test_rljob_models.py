@@ -62,3 +62,50 @@ def test_unknown_phase_is_rejected_not_dropped() -> None:
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_parses(path: Path) -> None:
     RLJob.model_validate(yaml.safe_load(path.read_text()))
+
+
+def _role(name: str, kind: str) -> dict[str, object]:
+    return {"name": name, "kind": kind, "image": "x", "gpuMemoryMiB": {"training": 1}}
+
+
+PROFILE = {"rollout": 240, "scoring": 20, "training": 90, "weight-sync": 10}
+R, S, T, W, IDLE = Phase.ROLLOUT, Phase.SCORING, Phase.TRAINING, Phase.WEIGHT_SYNC, Phase.IDLE
+
+
+@pytest.mark.parametrize(
+    ("roles", "profile", "seconds"),
+    [
+        # Colocated: the trainer runs every phase and never waits.
+        (["trainer"], PROFILE, {"policy": {R: 240, S: 20, T: 90, W: 10}}),
+        # Disaggregated: each pool waits through the other's phases.
+        (
+            ["trainer", "rollout"],
+            PROFILE,
+            {"policy": {S: 20, T: 90, W: 10, IDLE: 240}, "rollout": {R: 240, W: 10, IDLE: 110}},
+        ),
+        # Phases left out take no time; a pool with nothing to do in them says nothing.
+        (
+            ["trainer", "rollout"],
+            {"training": 90},
+            {"policy": {T: 90}, "rollout": {}},
+        ),
+        # When a reward model or a critic works depends on the framework: undeclared.
+        (["trainer", "reward", "critic"], PROFILE, {"reward": {}, "critic": {}}),
+        # No phaseProfile: nothing declared.
+        (["trainer", "rollout"], None, {"policy": {}, "rollout": {}}),
+    ],
+)
+def test_a_pods_seconds_per_phase_follow_its_roles_kind(
+    roles: list[str], profile: dict[str, int] | None, seconds: dict[str, dict[Phase, int]]
+) -> None:
+    names = {"trainer": "policy"}
+    spec = RLJobSpec.model_validate(
+        {
+            "roles": [_role(names.get(kind, kind), kind) for kind in roles],
+            **({"phaseProfile": profile} if profile else {}),
+        }
+    )
+    for name, want in seconds.items():
+        role = spec.role(name)
+        assert role is not None
+        assert spec.pod_phase_seconds(role) == want, name

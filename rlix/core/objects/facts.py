@@ -34,6 +34,7 @@ from rlix.core.objects.values import (
     NAME_MAX_CHARS,
     NODE_GPUS,
     PHASE,
+    PHASE_SECONDS,
 )
 from rlix.core.phases import Phase
 from rlix.core.rljob import MAX_PRIORITY, MAX_REPLICAS, MAX_ROLES, Algorithm, JobState, RLJobSpec
@@ -151,6 +152,13 @@ POD_PHASE: Final = Fact[Phase | None](
     "Pod", "annotation", names.ANNOTATION_PHASE, PHASE, "-", None, None,
     "unknown (costs the peak)", "unknown (costs the peak)",
     "current phase (the node agent keeps it up to date)",
+)  # fmt: skip
+POD_PHASE_SECONDS: Final = Fact[dict[Phase, float]](
+    "Pod", "annotation", names.ANNOTATION_PHASE_SECONDS, PHASE_SECONDS, "s per iteration", {}, {},
+    "unknown (every declared phase at full pressure)",
+    "unknown (every declared phase at full pressure)",
+    "seconds of one iteration in each phase (idle: waiting on the job's other roles); "
+    "the sharing rules weigh a pair by it",
 )  # fmt: skip
 POD_SUSPENDED: Final = Fact(
     "Pod", "annotation", names.ANNOTATION_SUSPENDED, FLAG, "-", False, False,
@@ -276,8 +284,8 @@ JOB_ITERATIONS: Final = Fact(
 
 FACTS: Final[tuple[Fact[Any], ...]] = (
     POD_JOB, POD_ROLE, POD_PREEMPTIBLE, POD_PRIORITY_ANNOTATION, POD_PRIORITY, POD_GANG_SIZE,
-    POD_MEMORY, POD_PHASE, POD_SUSPENDED, POD_GPU_INDICES, POD_ADMITTED_NODE, POD_GPUS,
-    POD_CLAIMED_GPUS, POD_NODE, NODE_GPU_COUNT, NODE_ALLOCATABLE, NODE_GPU_REPLICAS,
+    POD_MEMORY, POD_PHASE, POD_PHASE_SECONDS, POD_SUSPENDED, POD_GPU_INDICES, POD_ADMITTED_NODE,
+    POD_GPUS, POD_CLAIMED_GPUS, POD_NODE, NODE_GPU_COUNT, NODE_ALLOCATABLE, NODE_GPU_REPLICAS,
     NODE_GPU_MEMORY, NODE_GPU_PRODUCT, NODE_NVLINK_DOMAIN, NODE_GPU_STATE, NODE_GPU_CLAIMS,
     NODE_MEMORY_OVERCOMMIT, NODE_UNSCHEDULABLE,
     JOB_PRIORITY, JOB_PREEMPTIBLE_ROLLOUT, JOB_ALGORITHM, JOB_STATE, JOB_PHASE, JOB_GPUS,

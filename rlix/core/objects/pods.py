@@ -19,7 +19,7 @@ from rlix.core.objects import facts as f
 from rlix.core.objects.bounds import ObjectError
 from rlix.core.objects.metadata import identity, part, strings, uid
 from rlix.core.objects.nodes import label_pairs, tolerations_of
-from rlix.core.snapshot import Workload
+from rlix.core.snapshot import Workload, load_profile_of
 
 _FINISHED = ("Succeeded", "Failed")
 # More containers than any pod has; the API server's own limit is far lower in practice.
@@ -73,6 +73,8 @@ def read_pod(obj: object) -> PodFacts:
         priority = reading.get(f.POD_PRIORITY, spec.get("priority"))
     phase = part(obj, "status").get("phase")
     memory = reading.get(f.POD_MEMORY, notes.get(names.ANNOTATION_GPU_MEMORY_MIB))
+    seconds = reading.get(f.POD_PHASE_SECONDS, notes.get(names.ANNOTATION_PHASE_SECONDS))
+    profile, iteration_s = load_profile_of(seconds)
     workload = Workload(
         name=name,
         job=f"{ns}/{job}" if job else "",
@@ -91,6 +93,8 @@ def read_pod(obj: object) -> PodFacts:
         gang_size=reading.get(f.POD_GANG_SIZE, notes.get(names.ANNOTATION_GANG_SIZE)),
         node_selector=label_pairs(spec.get("nodeSelector")),
         tolerations=tolerations_of(spec.get("tolerations")),
+        load_profile=profile,
+        iteration_s=iteration_s,
     )
     return PodFacts(
         workload=workload,

@@ -8,11 +8,14 @@ enforces it cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
 from rlix.core.objects.bounds import BadValueError, Parser, integer, json_doc, number, text
 from rlix.core.phases import Phase
 from rlix.core.rljob import MAX_GPU_MEMORY_MIB
 from rlix.core.snapshot import GPU
+
+T = TypeVar("T")
 
 # More GPUs than any node has, and room for NVIDIA time-slicing replicas.
 MAX_NODE_GPUS = 1024
@@ -53,13 +56,18 @@ def _memory(raw: object) -> dict[Phase, int]:
         return {phase: mib for phase in Phase if phase is not Phase.IDLE}
     if not isinstance(doc, dict) or not doc:
         raise BadValueError(_MEMORY_FORMS)
-    out: dict[Phase, int] = {}
-    for key, mib in doc.items():
+    return _per_phase(doc, MIB)
+
+
+def _per_phase(doc: dict[str, object], parse: Parser[T]) -> dict[Phase, T]:
+    """A flat {phase: value} object, each value through ``parse``; errors name the phase."""
+    out: dict[Phase, T] = {}
+    for key, value in doc.items():
         phase = Phase.parse(key)
         if phase is None:
             raise BadValueError(f"has an unknown phase (known: {_PHASES})")
         try:
-            out[phase] = MIB(mib)
+            out[phase] = parse(value)
         except BadValueError as exc:
             raise BadValueError(f"[{phase.value}] {exc}") from None
     return out
@@ -69,6 +77,29 @@ MEMORY = Parser(
     "integer MiB, or JSON {phase: MiB}",
     f"<= {MEMORY_MAX_CHARS} characters, flat, 1..{MAX_GPU_MEMORY_MIB} MiB (0.. per phase)",
     _memory,
+)
+
+
+# A week: an iteration longer than that is a typo (phaseProfile's own bound).
+MAX_PHASE_SECONDS = 7 * 24 * 3600
+_SECONDS = number(0.0, MAX_PHASE_SECONDS)
+_SECONDS_FORM = 'must be a JSON object like {"rollout": 240, "weight-sync": 10, "idle": 60}'
+
+
+def _phase_seconds(raw: object) -> dict[Phase, float]:
+    doc = json_doc(raw, max_chars=MEMORY_MAX_CHARS, max_depth=1)
+    if not isinstance(doc, dict) or not doc:
+        raise BadValueError(_SECONDS_FORM)
+    out = _per_phase(doc, _SECONDS)
+    if not any(s > 0 for phase, s in out.items() if phase is not Phase.IDLE):
+        raise BadValueError("must give a phase other than idle more than 0 seconds")
+    return out
+
+
+PHASE_SECONDS = Parser(
+    "JSON {phase: seconds}",
+    f"<= {MEMORY_MAX_CHARS} characters, flat, 0..{MAX_PHASE_SECONDS} s per phase, a busy phase > 0",
+    _phase_seconds,
 )
 
 
