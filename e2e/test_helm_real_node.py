@@ -58,6 +58,11 @@ TRAINER = ["python3", "-c", "import time; time.sleep(5)"]
 # The chart's default ports (values.yaml): metrics of the operator and the node
 # agent, and the extender's one HTTP port, which serves its /metrics too.
 METRICS_PORTS = {"operator": 9464, "extender": 8787, "node-agent": 9465}
+# The interference matrix the release decides sharing with (values
+# sharing.interferenceConfigMap): the H200 measurement, as a ConfigMap.
+MATRIX_CONFIGMAP = "rlix-interference"
+MATRIX = ROOT / "bench" / "results" / "gpu_interference.json"
+MOUNTED_MATRIX = "/etc/rlix/interference/interference.json"
 # Fetches each URL given and prints {url: body} as JSON: runs in the node image.
 SCRAPER = """
 import json, sys, urllib.request
@@ -127,6 +132,7 @@ def _values(
         "extenderTimeout": extender_timeout,
         **pin,
     }
+    values["sharing"] = {"interferenceConfigMap": MATRIX_CONFIGMAP}
     # The exec probe values.yaml suggests: the agent answers on its socket.
     probe = {"exec": {"command": ["rlix", "agent", "--socket", "/run/rlix/agent.sock", "status"]}}
     values["nodeAgent"] |= {
@@ -139,6 +145,9 @@ def _values(
         "parkDir": "/run/rlix-agent-parked",
         "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 10},
         "livenessProbe": {**probe, "periodSeconds": 20, "timeoutSeconds": 10},
+        # Its gate reads the release's matrix too (the job below has no client
+        # library, so nothing waits at it).
+        "phaseGate": {"enabled": True},
     }
     return values
 
@@ -159,6 +168,10 @@ def release(dev: DevCluster, real_node: realnode.RealNode, images: dict[str, str
     """The chart installed on the real node; yields its namespace."""
     ns = f"rlix-helm-{uuid.uuid4().hex[:8]}"
     dev.kubectl("create", "namespace", ns)
+    dev.kubectl(
+        "create", "configmap", MATRIX_CONFIGMAP, "-n", ns,
+        f"--from-file=interference.json={MATRIX}",
+    )  # fmt: skip
     with advertised_gpus(dev, gpus=GPUS, memory_mib=GPU_MIB):
         try:
             try:
@@ -349,6 +362,32 @@ def _only_the_real_node(dev: DevCluster) -> Iterator[None]:
         yield
     finally:
         dev.kubectl("uncordon", *others, check=False)
+
+
+def test_placement_admission_and_the_gate_decide_with_the_matrix_the_release_mounts(
+    dev: DevCluster, release: str
+) -> None:
+    """sharing.interferenceConfigMap reaches the extender, the operator and the
+    node agent's phase gate as a file the kubelet mounted, and each read it
+    (a file it could not read stops the component, which --wait would see)."""
+    wanted = {
+        "extender": f"interference matrix from {MOUNTED_MATRIX} (time_slicing)",
+        "operator": f"interference matrix from {MOUNTED_MATRIX} (time_slicing)",
+        "node-agent": f"phase gate on (waits at most 600 s; matrix: {MOUNTED_MATRIX}",
+    }
+
+    def said() -> dict[str, str] | None:
+        logs = {}
+        for component, [pod] in _pods(dev, release).items():
+            if component in wanted:
+                name = pod["metadata"]["name"]
+                logs[component] = dev.kubectl("logs", "-n", release, name, check=False).stdout
+        return logs if all(wanted[c] in logs.get(c, "") for c in wanted) else None
+
+    try:
+        wait_for("each component's log naming the mounted matrix", said, timeout_s=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnose(dev, release)}") from None
 
 
 def test_an_rljob_runs_to_succeeded_through_the_installed_components(
