@@ -25,7 +25,7 @@ from rlix.core import agent_protocol as proto
 log = logging.getLogger(__name__)
 
 # Handler: the reply line to send for a request (or raise proto.ProtocolError);
-# None when the handler answers later itself (``send``), as the phase gate does.
+# None when the handler answers later itself (``send_if_open``), as the phase gate does.
 RequestHandler = Callable[["Connection", proto.Request], bytes | None]
 
 
@@ -90,7 +90,7 @@ class Connection:
                     # draining first so the reset of an unread close cannot
                     # swallow the answer.
                     limit = proto.MAX_LINE_BYTES
-                    self._safe_send(
+                    self.send_if_open(
                         proto.encode_error(None, proto.E_MALFORMED, f"line over {limit} bytes")
                     )
                     with contextlib.suppress(OSError):
@@ -110,7 +110,7 @@ class Connection:
         try:
             msg = proto.decode(line)
         except proto.ProtocolError as exc:
-            self._safe_send(proto.encode_error(exc.msg_id, exc.code, exc.message))
+            self.send_if_open(proto.encode_error(exc.msg_id, exc.code, exc.message))
             return
         try:
             fds = reader.take(msg.nfds)
@@ -122,7 +122,7 @@ class Connection:
                 )
                 fds = ()
             else:
-                self._safe_send(proto.encode_error(msg.id, exc.code, exc.message))
+                self.send_if_open(proto.encode_error(msg.id, exc.code, exc.message))
                 return
         if isinstance(msg, proto.Reply):
             with self._pending_lock:
@@ -135,7 +135,7 @@ class Connection:
             return
         if fds:
             _close_all(fds)
-            self._safe_send(
+            self.send_if_open(
                 proto.encode_error(
                     msg.id, proto.E_BAD_FIELD, f"op {msg.op!r} takes no file descriptors"
                 )
@@ -149,14 +149,12 @@ class Connection:
             log.exception("handler failed for op %s from pid %s", msg.op, self.pid)
             out = proto.encode_error(msg.id, proto.E_FAILED, f"internal error: {exc}")
         if out is not None:
-            self._safe_send(out)
+            self.send_if_open(out)
 
-    def send_later(self, line: bytes) -> None:
-        """Send an answer from another thread (a held reply); a gone peer is ignored."""
-        self._safe_send(line)
-
-    def _safe_send(self, line: bytes) -> None:
-        with contextlib.suppress(OSError):  # the peer is gone; the read loop notices
+    def send_if_open(self, line: bytes) -> None:
+        """Send, ignoring a peer that is gone (the read loop notices); safe from
+        any thread, so a held reply (the phase gate's) goes out this way too."""
+        with contextlib.suppress(OSError):
             self.send(line)
 
     def close(self) -> None:

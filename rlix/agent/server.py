@@ -240,7 +240,7 @@ class AgentServer:
             reply = proto.encode_reply(
                 msg_id, since=since, waited_s=round(waited_s, 3), expired=expired
             )
-            conn.send_later(reply)
+            conn.send_if_open(reply)
 
         if not self.gate.enter(pod.uid, conn, phase, go):
             return None
