@@ -10,7 +10,13 @@ Two regimes per verb:
 * churn: one pod changes phase before every call (what a busy RL cluster does:
   phases flip every few seconds), so the cache must refresh between calls.
 
-Writes bench/results/extender_latency.md and prints the same table.
+A second table runs filter and prioritize on one cluster twice, side by side:
+with the sharing rules a cluster gets by default (no interference matrix) and
+with the H200 matrix (``--interference``, rules 4-5 on), its pods saying how
+they spend an iteration (``rlix.io/phase-seconds``), so rule 5 weighs pairs by
+their expected progress: what giving the extender a matrix costs per call.
+
+Writes bench/results/extender_latency.md and prints the same tables.
 Run: .venv/bin/python bench/extender_latency.py [--sizes 100 1000 5000] [--repeat 200]
 """
 
@@ -30,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.core.snapshot import ClusterSnapshot
 from rlix.extender.app import create_app
 from rlix.extender.cache import MODIFIED, ClusterCache
@@ -59,9 +66,19 @@ def feasible_nodes_to_find(n: int) -> int:
     return max(n * percentage // 100, 100)
 
 
-def build_cluster(n_nodes: int, seed: int = 7) -> ClusterSnapshot:
+# How pods spend a 360 s iteration (grpo-trl.yaml's pools, verl's colocated
+# trainer): what the operator writes from phaseProfile.
+CYCLES = (
+    (("rollout", 250 / 360, 1.0), ("idle", 110 / 360, 0.0)),
+    (("scoring", 20 / 360, 1.0), ("training", 100 / 360, 1.0), ("idle", 240 / 360, 0.0)),
+    (("rollout", 240 / 360, 1.0), ("scoring", 20 / 360, 1.0), ("training", 100 / 360, 1.0)),
+)
+
+
+def build_cluster(n_nodes: int, seed: int = 7, *, cycles: bool = False) -> ClusterSnapshot:
     """8 x H100 per node, racks of 18 nodes (NVLink domains), ~70 % of nodes busy
-    with a mix of RL jobs: 8-GPU training gangs and 1-2 GPU rollout workers."""
+    with a mix of RL jobs: 8-GPU training gangs and 1-2 GPU rollout workers.
+    ``cycles``: each pod also says how it spends an iteration (``CYCLES``)."""
     rng = random.Random(seed)
     c = cluster().with_nodes(
         *[node(f"node-{i:05d}").gpus(8).domain(f"rack-{i // 18}") for i in range(n_nodes)]
@@ -77,7 +94,7 @@ def build_cluster(n_nodes: int, seed: int = 7) -> ClusterSnapshot:
             width = rng.choice([1, 1, 2, 4])
             width = min(width, 8 - gpu)
             phase = rng.choice(PHASES)
-            pods.append(
+            built = (
                 pod(f"{job}-{name}-{gpu}")
                 .job(job)
                 .role(rng.choice(["rollout", "trainer", "reward"]))
@@ -87,12 +104,15 @@ def build_cluster(n_nodes: int, seed: int = 7) -> ClusterSnapshot:
                 .priority(rng.choice([0, 0, 10, 100]))
                 .on(name, *range(gpu, gpu + width))
             )
+            if cycles:
+                built = built.load(*rng.choice(CYCLES)).iteration(360)
+            pods.append(built)
             gpu += width
     return c.with_pods(*pods).build()
 
 
-def fed_cache(snap: ClusterSnapshot) -> ClusterCache:
-    cache = ClusterCache()
+def fed_cache(snap: ClusterSnapshot, rules: SharingRules = DEFAULT_RULES) -> ClusterCache:
+    cache = ClusterCache(rules)
     cache.replace_nodes(node_object(n) for n in snap.nodes.values())
     cache.replace_pods(pod_object(w) for w in snap.workloads)
     return cache
@@ -129,17 +149,17 @@ async def run_size(
     client: httpx.AsyncClient,
     cache: ClusterCache,
     regimes: tuple[str, ...] = ("warm", "churn"),
+    *,
+    verbs: tuple[str, ...] = ("filter", "prioritize", "preempt"),
+    cycle: bool = False,
 ) -> list[dict[str, Any]]:
     snap = cache.view().snapshot
     names = list(snap.nodes)
-    pending = pod_object(
-        pod("pending-rollout")
-        .job("job-1")
-        .role("rollout")
-        .gpus(1)
-        .memory(rollout=30 * 1024)
-        .build()
-    )
+    pending_pod = pod("pending-rollout").job("job-1").role("rollout").gpus(1)
+    pending_pod = pending_pod.memory(rollout=30 * 1024)
+    if cycle:
+        pending_pod = pending_pod.load(*CYCLES[0]).iteration(360)
+    pending = pod_object(pending_pod.build())
     filt = extender_args(pending, names)
     feasible = (await client.post("/filter", content=filt)).json()["NodeNames"]
     prio = extender_args(pending, feasible)
@@ -186,6 +206,8 @@ async def run_size(
         ):
             if regime not in regime_names or (regime != "default-sample" and regime not in regimes):
                 continue
+            if verb not in verbs:
+                continue
             await measure(send, verb, body, 5, before)  # warm-up
             samples, cpu = await measure(send, verb, body, repeat, before)
             rows.append(
@@ -214,6 +236,45 @@ async def run_asgi(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
             for r in await run_size(n, repeat, client, cache):
                 rows.append({"transport": "asgi", **r})
     return rows
+
+
+async def run_rules(n: int, repeat: int) -> list[dict[str, Any]]:
+    """Filter and prioritize at ``n`` nodes whose pods say their cycles, without
+    and with the H200 matrix, alternating per verb so drift hits both alike."""
+    snap = build_cluster(n, cycles=True)
+    rows = []
+    for rules, label in ((DEFAULT_RULES, "none (rules 1-3)"), (SharingRules(), "H200 (rules 1-5)")):
+        cache = fed_cache(snap, rules)
+        transport = httpx.ASGITransport(app=create_app(cache, freeze_gc=True))
+        async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
+            for r in await run_size(
+                n, repeat, client, cache, verbs=("filter", "prioritize"), cycle=True
+            ):
+                rows.append({"transport": "asgi", "matrix": label, **r})
+    return rows
+
+
+def rules_table(rows: list[dict[str, Any]]) -> str:
+    """The two rule sets side by side per (verb, regime), with the ratio."""
+    by = {(r["matrix"], r["verb"], r["regime"]): r for r in rows}
+    labels = list(dict.fromkeys(r["matrix"] for r in rows))
+    lines = [
+        f"| nodes | verb | regime | names sent | p50 ms {labels[0]} | p50 ms {labels[1]} "
+        f"| ratio | CPU p99 ms {labels[0]} | CPU p99 ms {labels[1]} |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (matrix, verb, regime), base in by.items():
+        if matrix != labels[0]:
+            continue
+        other = by[(labels[1], verb, regime)]
+        sent = {base["names_sent"], other["names_sent"]}
+        names = " / ".join(str(c) for c in (base["names_sent"], other["names_sent"]))
+        lines.append(
+            f"| {base['nodes']} | {verb} | {regime} | {names if len(sent) > 1 else sent.pop()} "
+            f"| {base['p50']:.2f} | {other['p50']:.2f} | {other['p50'] / base['p50']:.2f}x "
+            f"| {_ms(base.get('cpu_p99'))} | {_ms(other.get('cpu_p99'))} |"
+        )
+    return "\n".join(lines)
 
 
 def serve(n: int, port: int, http: str = "auto") -> None:
@@ -304,6 +365,12 @@ def main() -> int:
     parser.add_argument(
         "--no-asgi", action="store_true", help="skip the in-process ASGI measurements"
     )
+    parser.add_argument(
+        "--rules-size",
+        type=int,
+        default=1000,
+        help="nodes for the with/without interference matrix table (0: skip it)",
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -315,6 +382,18 @@ def main() -> int:
     if args.uvicorn:
         rows += asyncio.run(run_uvicorn(args.sizes, args.repeat, args.http))
     text = table(rows)
+    if args.rules_size:
+        compared = rules_table(asyncio.run(run_rules(args.rules_size, args.repeat)))
+        text += (
+            "\n\n## With an interference matrix\n\n"
+            f"The same {args.rules_size}-node cluster, its pods saying how they spend a "
+            "360 s iteration (rlix.io/phase-seconds: a rollout pool, a trainer pool or a "
+            "colocated trainer, at random), asked by a pending rollout pool's pod, once "
+            "with the rules a cluster gets by default and once with `--interference "
+            "bench/results/gpu_interference.json` (rules 4-5 weigh each pair by its "
+            "expected progress). Same process, one after the other; ratio = with / "
+            "without.\n\n" + compared
+        )
     print(text)
     header = (
         "# Extender latency\n\n"
