@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from rlix.core.phases import Phase
 from rlix.core.policy.placement import PlacementView, likely_phase, score_nodes, score_values
 from rlix.core.policy.placement.scoring import NodeScore, complement, interleave
+from rlix.core.policy.placement.sharing import ASSUMED_CELLS, SharingRules
+from rlix.core.snapshot import ClusterSnapshot
 from tests.builders.placement import ClusterBuilder, PodBuilder, cluster, node, pod
 
 GiB = 1024
@@ -262,6 +264,61 @@ def random_clusters(draw: st.DrawFn) -> tuple[ClusterBuilder, PodBuilder]:
     return c, p
 
 
+RULES = st.sampled_from(
+    [SharingRules(), SharingRules(interference=ASSUMED_CELLS), SharingRules(phase_gate=False)]
+)
+CYCLES = st.sampled_from(
+    [
+        (),
+        (("rollout", 0.7, 1.0), ("idle", 0.3, 0.0)),
+        (("training", 0.4, 1.0), ("idle", 0.6, 0.0)),
+        (("rollout", 0.6, 0.6), ("training", 0.4, 1.0)),
+    ]
+)
+
+
+@st.composite
+def full_clusters(draw: st.DrawFn) -> tuple[ClusterSnapshot, PodBuilder]:
+    """Nodes whose every GPU holds one pod of another job (so rule 5 must pick a
+    partner, not an empty GPU), pods with and without cycles, some of the
+    pending pod's own job (gang alignment), and a pending pod."""
+    c = cluster()
+    pods = []
+    for i in range(draw(st.integers(1, 4))):
+        name = f"n{i}"
+        gpus = draw(st.integers(1, 4))
+        c = c.with_nodes(node(name).gpus(gpus, mib=80 * GiB).domain(f"d{i % 2}"))
+        for g in range(gpus):
+            job = draw(st.sampled_from(["a", "b", "c", "z"]))
+            b = pod(f"{name}-{g}").job(job).gpus(1)
+            b = b.memory(**{draw(st.sampled_from(["rollout", "training"])): 30 * GiB})
+            b = b.phase(draw(st.sampled_from(["rollout", "training", "idle"]))).on(name, g)
+            cycle = draw(CYCLES)
+            if cycle:
+                b = b.load(*cycle).iteration(300)
+            pods.append(b)
+    p = pod("new").job("z").gpus(draw(st.integers(1, 2)))
+    p = p.memory(**{draw(st.sampled_from(["rollout", "training"])): 30 * GiB})
+    cycle = draw(CYCLES)
+    if cycle:
+        p = p.load(*cycle).iteration(300)
+    return c.with_pods(*pods).build(), p
+
+
+@settings(max_examples=200, deadline=None)
+@given(full_clusters(), RULES)
+def test_with_an_interference_matrix_the_fast_path_scores_as_score_nodes(
+    case: tuple[ClusterSnapshot, PodBuilder], rules: SharingRules
+) -> None:
+    """Rule 5 on (the extender given --interference): a shared placement scores
+    in its own band; the extender's fast path must give the same numbers."""
+    snap, p = case
+    view = PlacementView(snap, rules=rules)
+    names = [*snap.nodes, "ghost"]
+    scores = score_nodes(view, p.build(), names)
+    assert score_values(view, p.build(), names) == {n: s.score for n, s in scores.items()}
+
+
 @settings(max_examples=150, deadline=None)
 @given(random_clusters())
 def test_scores_stay_in_protocol_range_and_match_the_filter(
@@ -282,3 +339,26 @@ def test_scores_stay_in_protocol_range_and_match_the_filter(
         if p.build().gpus > 0:
             assert s.feasible == (name in feasible)
             assert len(s.gpus) == (p.build().gpus if s.feasible else 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_clusters(), random_clusters(), RULES)
+def test_the_filter_answers_alike_from_its_memo_and_from_a_fresh_view(
+    case: tuple[ClusterBuilder, PodBuilder],
+    other: tuple[ClusterBuilder, PodBuilder],
+    rules: SharingRules,
+) -> None:
+    """The filter keeps each node's verdict for a pod shape (a refusal's sentence
+    included) on the node's load: asked again, after another pod's question,
+    it must say exactly what a view that never asked says."""
+    from rlix.core.policy.placement import filter_nodes
+
+    c, p = case
+    snap = c.build()
+    names = [*snap.nodes, "ghost"]
+    view = PlacementView(snap, rules=rules)
+    first = filter_nodes(view, p.build(), names)
+    filter_nodes(view, other[1].build(), names)
+    again = filter_nodes(view, p.build(), names)
+    fresh = filter_nodes(PlacementView(snap, rules=rules), p.build(), names)
+    assert first == again == fresh

@@ -134,6 +134,7 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     get_load = view.load_getter()
     selective, gpus, job = bool(pod.node_selector), pod.gpus, pod.job
     sharing = (pod.priority, pair_traits(pod), rules)
+    peak = pod.peak_memory_mib
     for name in dict.fromkeys(node_names):
         load = get_load(name)
         if load is None:
@@ -166,11 +167,28 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
                 if room >= gpus:
                     out.feasible.append(name)
                     continue
+                if not (selective or node.taints):
+                    # The sentence for a node that cannot take the pod depends on
+                    # the load and on what the room question asked, plus the
+                    # pod's width and peak: kept, since the sharing rules refuse
+                    # the same nodes call after call.
+                    known = memo.verdicts.get((kid, gpus, peak))
+                    if known is None:
+                        v = fit(load, pod, rules)
+                        known = memo.remember(
+                            memo.verdicts, (kid, gpus, peak), (v.ok, v.reason, v.resolvable)
+                        )
+                    _file(out, name, *known)
+                    continue
         verdict = fit(load, pod, rules)
-        if verdict.ok:
-            out.feasible.append(name)
-        elif verdict.resolvable:
-            out.failed[name] = verdict.reason
-        else:
-            out.unresolvable[name] = verdict.reason
+        _file(out, name, verdict.ok, verdict.reason, verdict.resolvable)
     return out
+
+
+def _file(out: FilterOutcome, name: str, ok: bool, reason: str, resolvable: bool) -> None:
+    if ok:
+        out.feasible.append(name)
+    elif resolvable:
+        out.failed[name] = reason
+    else:
+        out.unresolvable[name] = reason

@@ -49,11 +49,15 @@ class LoadMemo:
     pairs: dict[Phase | None, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # a shape -> its load-dependent score terms; None: the shape does not fit
     terms: dict[ShapeKey, SharedTerms | None] = field(default_factory=dict)
-    # key_id(shape) -> the locality-free part of its score; None: it does not fit
-    base: dict[int, float | None] = field(default_factory=dict)
+    # key_id(shape) -> the locality-free part of its score, or under rule 5 a shared
+    # placement's (pair progress, partner jobs); None: it does not fit
+    base: dict[int, float | tuple[float, frozenset[str]] | None] = field(default_factory=dict)
     # key_id((demand, job if the node holds it else "", priority, pair traits,
     # rules)) -> the most GPUs such a pod could take here (``NodeLoad.room_for``)
     room: dict[int, int] = field(default_factory=dict)
+    # (the room question's key_id, GPUs, peak MiB) -> (fits, reason, resolvable):
+    # the filter's verdict, with its sentence, for a pod the room did not admit
+    verdicts: dict[tuple[int, int, int], tuple[bool, str, bool]] = field(default_factory=dict)
     jobs: frozenset[str] | None = None  # jobs with a pod on the node
     size: int = 0  # answers stored in the tables since the last clear
 
@@ -81,6 +85,7 @@ class LoadMemo:
             self.terms,
             self.base,
             self.room,
+            self.verdicts,
         ):
             table.clear()
         self.jobs = None

@@ -372,21 +372,27 @@ def _base(
     *,
     kid: int,
     rules: SharingRules,
-) -> float | None:
+) -> float | tuple[float, frozenset[str]] | None:
     """The locality-free part of the total, memoised next to the terms under
-    ``kid``, the ``key_id`` of the shape (``ShapeKey``).
+    ``kid``, the ``key_id`` of the shape (``ShapeKey``); for a shared placement
+    under rule 5, its pair (progress, partner jobs) instead, whose band replaces
+    the total (``_pair_band``).
 
     ``job`` is given only on nodes that hold pods of the pod's own job: only
     there can the answer differ (a job never shares a GPU with itself).
     """
     shared = _shared_terms(load, pod, phase, demand, job, rules=rules)
-    base = (
-        None
-        if shared is None
-        else WEIGHT_COMPLEMENT * shared[0]
-        + WEIGHT_INTERLEAVE * shared[1]
-        + WEIGHT_PACKING * shared[2]
-    )
+    base: float | tuple[float, frozenset[str]] | None
+    if shared is None:
+        base = None
+    elif shared[4] is not None:
+        base = shared[4]
+    else:
+        base = (
+            WEIGHT_COMPLEMENT * shared[0]
+            + WEIGHT_INTERLEAVE * shared[1]
+            + WEIGHT_PACKING * shared[2]
+        )
     return load.memo.remember(load.memo.base, kid, base)
 
 
@@ -399,10 +405,6 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     """
     if pod.gpus <= 0:
         return dict.fromkeys(node_names, 0)
-    if view.rules.interference is not None:
-        # Rule 5 on (the simulator's RLix, not the extender's hot path): shared
-        # placements score in their own band, which needs the full NodeScore.
-        return {n: s.score for n, s in score_nodes(view, pod, node_names).items()}
     ctx = _PodContext.of(view, pod)
     phase, gpus = ctx.phase, pod.gpus
     rules = view.rules
@@ -455,11 +457,14 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
         if base is None:
             out[name] = 0
             continue
-        loc = near.get(name)
-        if loc is None:
-            rack = load.node.nvlink_domain
-            loc = in_domain.get(rack, far) if rack else far
-        total = base + loc
+        if isinstance(base, tuple):  # rule 5: a shared placement scores in its band
+            total = _pair_band(base, ctx.partners)
+        else:
+            loc = near.get(name)
+            if loc is None:
+                rack = load.node.nvlink_domain
+                loc = in_domain.get(rack, far) if rack else far
+            total = base + loc
         score = int(total + 0.5)
         out[name] = score if score <= MAX_SCORE else MAX_SCORE
     return out
