@@ -53,6 +53,9 @@ HOSTILE = [
     {"rlix.io/gpu-memory-mib": '{"rollout": ' + HUGE + "}"},
     {"rlix.io/gpu-indices": ",".join(["1"] * 50_000)},
     {"rlix.io/phase": "x" * 100_000},
+    {"rlix.io/phase-seconds": "[" * 100_000},
+    {"rlix.io/phase-seconds": '{"rollout": ' + HUGE + "}"},
+    {"rlix.io/phase-seconds": '{"rollout": NaN, "idle": 1}'},
 ]
 
 
