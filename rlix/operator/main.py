@@ -5,6 +5,7 @@ Examples:
   rlix-operator --no-webhook --metrics-port 9090        # no admission webhook
   rlix-operator --namespace team-a --namespace team-b   # watch only these namespaces
   rlix-operator --leader-elect --ledger-namespace rlix-system   # one of several replicas
+  rlix-operator --interference gpu_interference.json     # share only where the matrix pays
 
 The CRD (crds/rlix.io_rljobs.yaml) must be installed first. The webhook
 registers itself (ValidatingWebhookConfiguration "rlix.io", url-based
