@@ -110,6 +110,9 @@ class PhaseGate:
         for pod in self._turns.pods():
             if self._parked(pod):
                 out += [(a.ticket, a.waited_s, a.expired) for a in self._turns.forget_pod(pod, now)]
+        for pod in self._turns.parked():
+            if not self._parked(pod):  # restored: it works again in the phase it was in
+                self._turns.restore_pod(pod)
         return out
 
     def _admit(self) -> list[tuple[Go, float, bool]]:

@@ -33,8 +33,8 @@ PODS = {UID_A: "team-a/trainer-0", UID_B: "team-b/trainer-0", UID_C: "team-c/tra
 MAX_WAIT_S = 4.0
 
 # A trainer: "gpu N" reports 1 GiB on GPU N; "enter P" enters a phase block in
-# a thread and prints "in P" once inside; "exit" leaves it (the outermost
-# block: the client tells the gate it is idle).
+# a thread and prints "in P" once inside, calling safe_point() while it stays;
+# "exit" leaves it (the outermost block: the client tells the gate it is idle).
 TRAINER = r"""
 import sys, threading, time
 import rlix
@@ -52,7 +52,8 @@ held = None
 def hold(phase):
     with rlix.phase(phase):
         print(f"in {phase}", flush=True)
-        leave.wait()
+        while not leave.wait(0.05):
+            rlix.safe_point()  # a long phase's batches: a suspend can land mid-phase
 
 for line in sys.stdin:
     cmd, _, arg = line.strip().partition(" ")
@@ -218,6 +219,29 @@ def test_a_process_waiting_at_the_gate_can_be_suspended_and_resumed(
     assert gate["waitingS"] == {} and gate["working"] == {UID_A: ["compute"]}
     assert b.nothing_for(0.5)  # parked: it enters nothing until resumed
     assert agent.control(proto.OP_RESUME_POD, pod_uid=UID_B, timeout=20).ok
+    assert b.next() == "in training"
+
+
+def test_a_pod_suspended_mid_phase_works_again_once_resumed(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    """a is parked in the middle of its training (at a safe point) and resumed:
+    it carries on in training without a new phase report, and the gate counts
+    it as working again, so b's training waits for it as it would have."""
+    a = Trainer(agent, UID_A, gpu=0)
+    trainers.append(a)
+    a.enter("training")
+    assert a.next() == "in training"
+    assert agent.control(proto.OP_SUSPEND_POD, pod_uid=UID_A, timeout=20).ok
+    assert _gate(agent)["working"] == {}  # parked: it holds no GPU
+    assert agent.control(proto.OP_RESUME_POD, pod_uid=UID_A, timeout=20).ok
+    assert _gate(agent)["working"] == {UID_A: ["compute"]}
+    b = Trainer(agent, UID_B, gpu=0)
+    trainers.append(b)
+    b.enter("training")
+    assert b.nothing_for(0.5)
+    a.say("exit")
+    assert a.next() == "out"
     assert b.next() == "in training"
 
 

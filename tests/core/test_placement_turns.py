@@ -109,6 +109,43 @@ def test_a_parked_pod_holds_nothing_and_its_waiters_are_answered() -> None:
     assert tickets(t.admit(5.0)) == ["tb2"]
 
 
+def test_a_restored_pod_works_again_in_the_phase_it_was_parked_in() -> None:
+    """Parked mid-phase, ``a`` holds nothing and ``b`` goes in; restored, ``a``
+    carries on in training without asking (it is mid-phase), so a third pod's
+    busy phase waits for it, and ``a``'s next report ends it as usual."""
+    t = turns({"a": {0}, "b": {0}, "c": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.forget_pod("a", 1.0) == []
+    assert t.parked() == ["a"] and t.working() == {}
+    assert t.enter("b", "b0", Phase.WEIGHT_SYNC, 2.0, "tb")  # a copy: goes beside anything
+    t.restore_pod("a")
+    assert t.parked() == [] and t.working() == {"a": ["compute"], "b": ["network"]}
+    assert not t.enter("c", "c0", Phase.ROLLOUT, 3.0, "tc")
+    assert t.enter("a", "a0", Phase.IDLE, 4.0, "ta2")
+    assert tickets(t.admit(4.0)) == ["tc"]
+
+
+def test_a_waiter_answered_by_its_pods_parking_works_once_restored() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.ROLLOUT, 1.0, "tb")
+    assert t.forget_pod("b", 2.0) == [Admitted("tb", 1.0, expired=False)]
+    t.restore_pod("b")  # it went into rollout when answered; restored, it works there
+    assert t.working() == {"a": ["compute"], "b": ["memory"]}
+
+
+def test_a_parked_process_that_reports_or_leaves_is_not_restored() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.enter("a", "a1", Phase.TRAINING, 0.0, "ta1")
+    t.forget_pod("a", 1.0)
+    t.leave("a0")  # gone while parked
+    assert t.enter("a", "a1", Phase.IDLE, 2.0, "ta2")  # its rollout ended while parked
+    assert t.parked() == []
+    t.restore_pod("a")
+    assert t.working() == {} and t.pods() == []
+
+
 def test_a_new_phase_of_a_waiting_process_replaces_its_wait_and_answers_it() -> None:
     # Two threads of one process may each enter a phase block: the first
     # one's answer must not be lost when the second asks.

@@ -74,6 +74,9 @@ class Turns(Generic[P, T]):
         self._gpus: dict[str, frozenset[int]] = {}
         self._waiting: dict[P, _Waiter[T]] = {}
         self._pod_of: dict[P, str] = {}
+        # Parked pods: the busy phase each of their processes was in (or was
+        # let into when the pod was parked), to work in again once restored.
+        self._parked: dict[str, dict[Any, Busy]] = {}
         # Waits that ended without a turn because the process asked again (two
         # threads of one process): handed back by the next admit, so no
         # answer is lost.
@@ -110,17 +113,30 @@ class Turns(Generic[P, T]):
     def forget_pod(self, pod: str, now: float) -> list[Admitted[T]]:
         """A pod's memory left the GPUs (suspended): it holds nothing, and its
         waiters are handed back (a parked process goes nowhere until it is
-        restored; it then runs as it would have without the gate)."""
+        restored). What its processes were busy in is kept for ``restore_pod``."""
         state = self._pods.pop(pod, None)
+        held: dict[Any, Busy] = dict(state.working) if state is not None else {}
         out = []
         for process, waiter in list(self._waiting.items()):
             if waiter.pod == pod:
                 del self._waiting[process]
                 out.append(Admitted(waiter.ticket, now - waiter.since, expired=False))
-        if state is not None:
-            for held in state.working:
-                self._pod_of.pop(held, None)
+                held[process] = waiter.busy  # it goes into its phase once restored
+        if held:
+            self._parked.setdefault(pod, {}).update(held)
         return out
+
+    def restore_pod(self, pod: str) -> None:
+        """A parked pod's memory is back: its processes carry on in the phases
+        they were in, working without asking (they are mid-phase; a restore
+        is the conductor's decision, not the gate's)."""
+        held = self._parked.pop(pod, None)
+        if held:
+            self._pods.setdefault(pod, _Pod()).working.update(held)
+
+    def parked(self) -> list[str]:
+        """Pods parked while a process of theirs was busy (``restore_pod`` brings it back)."""
+        return sorted(self._parked)
 
     # -- what it answers ---------------------------------------------------------
     def admit(self, now: float) -> list[Admitted[T]]:
@@ -188,7 +204,14 @@ class Turns(Generic[P, T]):
         if waiter is not None and now is not None:
             self._ended.append(Admitted(waiter.ticket, now - waiter.since, expired=False))
         pod = self._pod_of.get(process)
-        if pod is None or pod not in self._pods:
+        if pod is None:
+            return
+        parked = self._parked.get(pod)
+        if parked is not None:
+            parked.pop(process, None)
+            if not parked:
+                del self._parked[pod]
+        if pod not in self._pods:
             return
         working = self._pods[pod].working
         working.pop(process, None)
