@@ -12,6 +12,7 @@ priority may share a GPU), the phase gate the shipped H200 measurement.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,14 +76,7 @@ def rules_from(path: Path | None, mode: str, *, default: SharingRules) -> Sharin
     """``default`` deciding with the matrix in ``path`` (``default`` itself without one)."""
     if path is None:
         return default
-    return SharingRules(
-        interference=read_matrix(path, mode),
-        max_jobs_per_gpu=default.max_jobs_per_gpu,
-        min_pair_progress=default.min_pair_progress,
-        protected_priority=default.protected_priority,
-        max_protected_stretch=default.max_protected_stretch,
-        phase_gate=default.phase_gate,
-    )
+    return dataclasses.replace(default, interference=read_matrix(path, mode))
 
 
 def describe(rules: SharingRules, path: Path | None, mode: str) -> str:
