@@ -44,6 +44,25 @@ def rljob_condition(
     return next((c for c in conditions if c["type"] == kind), None)
 
 
+def wait_for_condition(
+    cluster: Kubectl,
+    namespace: str,
+    name: str,
+    kind: str,
+    check: Callable[[dict[str, Any]], bool],
+    *,
+    what: str,
+    timeout_s: float = 60,
+) -> dict[str, Any]:
+    """Wait until the RLJob's ``kind`` condition exists and passes ``check``; return it."""
+
+    def found() -> dict[str, Any] | None:
+        c = rljob_condition(cluster, namespace, name, kind)
+        return c if c is not None and check(c) else None
+
+    return wait_for(what, found, timeout_s=timeout_s)
+
+
 def wait_for(
     what: str, probe: Callable[[], T | None], *, timeout_s: float = 60, every_s: float = 0.25
 ) -> T:

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, events_for, get_json, rljob_condition, rljob_state, wait_for
+from e2e.kube import apply, events_for, get_json, rljob_state, wait_for, wait_for_condition
 from e2e.own_cluster import gpu_node_cluster
 from rlix.core import dra, names
 from rlix.devcluster.cluster import DevCluster
@@ -211,11 +211,8 @@ def test_two_jobs_share_one_gpu_and_a_third_is_refused_naming_gpu_and_memory(
 
     # A third job would overflow the GPU: admission refuses it and says where.
     apply(cluster, ns, rljob("c", 20000))
-    condition = wait_for(
-        "c refused",
-        lambda: (
-            (c := rljob_condition(cluster, ns, "c", "Admitted")) and c["status"] == "False" and c
-        ),
+    condition = wait_for_condition(
+        cluster, ns, "c", "Admitted", lambda c: c["status"] == "False", what="c refused"
     )
     assert condition["reason"] == "WaitingForGPUs"
     message = condition["message"]
@@ -333,13 +330,8 @@ def test_with_the_measured_matrix_a_pair_that_loses_progress_waits_instead_of_sh
         apply(cluster, ns, rljob("a", 40000))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
         apply(cluster, ns, rljob("b", 30000))
-        condition = wait_for(
-            "b refused",
-            lambda: (
-                (c := rljob_condition(cluster, ns, "b", "Admitted"))
-                and c["status"] == "False"
-                and c
-            ),
+        condition = wait_for_condition(
+            cluster, ns, "b", "Admitted", lambda c: c["status"] == "False", what="b refused"
         )
         assert condition["reason"] == "WaitingForGPUs", condition
         message = condition["message"]
