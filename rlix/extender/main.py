@@ -75,14 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().error(f"--port must be 1..65535, got {args.port}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     try:
-        rules = rules_file.rules_from(
-            args.interference, args.interference_mode, default=DEFAULT_RULES
-        )
+        rules = rules_file.from_args(args, default=DEFAULT_RULES)
     except ValueError as exc:
         build_parser().exit(2, f"rlix-extender: {exc}\n")
-    logging.getLogger("rlix.extender").info(
-        "%s", rules_file.describe(rules, args.interference, args.interference_mode)
-    )
 
     import uvicorn
 

@@ -270,14 +270,9 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
 
     settings = election_settings(args)
     try:
-        rules = rules_file.rules_from(
-            args.interference, args.interference_mode, default=DEFAULT_RULES
-        )
+        rules = rules_file.from_args(args, default=DEFAULT_RULES)
     except ValueError as exc:
         raise SystemExit(f"rlix-operator: {exc}") from None
-    logging.getLogger("rlix.operator").info(
-        "%s", rules_file.describe(rules, args.interference, args.interference_mode)
-    )
     store = Store()
     api = api_client(args.kubeconfig)
     kube = Kube(api)

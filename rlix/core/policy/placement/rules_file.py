@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from rlix.core.policy.placement.sharing import BUSY_SHAPES, Cells, SharingRules
+
+log = logging.getLogger(__name__)
 
 # The file's tables: how the GPUs were shared while it was measured.
 MODES: Final = ("time_slicing", "mps")
@@ -77,6 +80,14 @@ def rules_from(path: Path | None, mode: str, *, default: SharingRules) -> Sharin
     if path is None:
         return default
     return dataclasses.replace(default, interference=read_matrix(path, mode))
+
+
+def from_args(args: argparse.Namespace, *, default: SharingRules) -> SharingRules:
+    """The rules ``add_arguments``' flags ask for, with the start-up log line said;
+    ValueError (naming the file and why) for a matrix that cannot be read."""
+    rules = rules_from(args.interference, args.interference_mode, default=default)
+    log.info("%s", describe(rules, args.interference, args.interference_mode))
+    return rules
 
 
 def describe(rules: SharingRules, path: Path | None, mode: str) -> str:
