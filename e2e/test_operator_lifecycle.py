@@ -79,7 +79,7 @@ def test_example_runs_bound_on_gpu_nodes_and_delete_removes_everything(
         # How the pod spends an iteration, as admission weighed it (grpo-trl's
         # pools, verl's colocated trainer; none without phaseProfile).
         said = pod["metadata"].get("annotations", {}).get(names.ANNOTATION_PHASE_SECONDS)
-        seconds = job.spec.pod_phase_seconds(role) if role.gpus_per_replica else {}
+        seconds = job.spec.pod_phase_seconds(role)
         assert (json.loads(said) if said else {}) == {p.value: s for p, s in seconds.items()}
         said_somewhere |= bool(said)
     assert said_somewhere == (job.spec.phase_profile is not None)

@@ -439,9 +439,10 @@ class RLJobSpec(_Model):
         ``ROLE_ACTIVE``). A job without one runs every phase in its trainer.
         Reference, reward and critic roles are left undeclared: when they work
         depends on the framework, and undeclared is judged at full pressure.
+        A role without GPUs holds no GPU's turn: nothing to declare.
         """
         p = self.phase_profile
-        if p is None:
+        if p is None or role.gpus_per_replica == 0:
             return {}
         seconds = {
             Phase.ROLLOUT: p.rollout or 0,

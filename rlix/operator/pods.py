@@ -195,7 +195,7 @@ def build_pod(
     if memory is not None:
         annotations[names.ANNOTATION_GPU_MEMORY_MIB] = memory
     seconds = job.spec.pod_phase_seconds(role)
-    if seconds and role.gpus_per_replica:
+    if seconds:
         annotations[names.ANNOTATION_PHASE_SECONDS] = json.dumps(
             {phase.value: s for phase, s in seconds.items()}, separators=(",", ":")
         )
