@@ -49,14 +49,23 @@ class RefusingDriver:
 
 @pytest.fixture
 def sleeper(request: pytest.FixtureRequest) -> Iterator[int]:
-    """A process started with the environment the test names."""
+    """A process started with the environment the test names, once it runs Python:
+    until its exec, /proc/PID/environ is still the forking test's."""
     env: dict[str, str] = request.param
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
         yield proc.pid
     finally:
         proc.kill()
         proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 @pytest.mark.parametrize("sleeper", [{mps.ENV_PIPE: "/run/rlix/mps/pipe"}], indirect=True)
