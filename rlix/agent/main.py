@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from rlix.agent.declared_cycles import DeclaredCycles
 from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
 from rlix.agent.gpus import GpuBackend
 from rlix.agent.identities import CgroupResolver, PodDirectory, static_directory
@@ -32,6 +33,7 @@ from rlix.agent.server import AgentServer
 from rlix.agent.simulated_gpus import SimulatedBackend
 from rlix.agent.slices import SlicePublisher, publish_slices
 from rlix.core.mps import MPS_DIR
+from rlix.core.names import ANNOTATION_PHASE_SECONDS
 from rlix.core.policy.placement import rules_file
 from rlix.core.policy.placement.sharing import SharingRules
 
@@ -267,7 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(rollout, scoring, training; the client library asks at each phase boundary) "
         "waits while entering would make a GPU its pod shares with a working pod "
         "deliver less than that pod alone, by the interference matrix; a copy "
-        "(weight-sync) beside a kernel goes in (docs/node-agent.md, 'The phase gate')",
+        "(weight-sync) beside a kernel goes in. Two pods that both declare their cycle "
+        "(annotation rlix.io/phase-seconds) take turns only where the simulator's would: "
+        "both idle part of it and turns beat running side by side "
+        "(docs/node-agent.md, 'The phase gate')",
     )
     rules_file.add_arguments(
         p,
@@ -406,8 +411,11 @@ def _phase_gate(
     resolver: CgroupResolver,
     preemption: Preemption,
     metrics: AgentMetrics,
+    *,
+    cycles: DeclaredCycles,
 ) -> PhaseGate | None:
-    """The phase gate for --phase-gate (None without it); ValueError for a bad matrix."""
+    """The phase gate for --phase-gate (None without it); ValueError for a bad matrix.
+    ``cycles`` reads the pods' declared cycles once the conducting loop lists them."""
     if not args.phase_gate:
         return None
     rules = rules_file.rules_from(args.interference, args.interference_mode, default=SharingRules())
@@ -429,12 +437,18 @@ def _phase_gate(
         args.phase_gate_max_wait,
         gpus=pod_gpus,
         parked=lambda uid: preemption.parked_bytes(uid) is not None,
+        cycles=cycles,
         on_wait=waited,
     )
 
 
 def _start_phase_gate(
-    args: argparse.Namespace, gate: PhaseGate, server: AgentServer, preemption: Preemption
+    args: argparse.Namespace,
+    gate: PhaseGate,
+    server: AgentServer,
+    preemption: Preemption,
+    *,
+    reads_cycles: bool,
 ) -> None:
     """Decide again whenever memory moves (a parked pod holds nothing; a restored
     one may be waited for), and wake waiters at their bound."""
@@ -448,11 +462,16 @@ def _start_phase_gate(
         target=gate.run, args=(server.stopped,), name="rlix-phase-gate", daemon=True
     ).start()
     logging.info(
-        "phase gate on (waits at most %.0f s; matrix: %s)",
+        "phase gate on (waits at most %.0f s; matrix: %s; %s)",
         args.phase_gate_max_wait,
         f"{args.interference} ({args.interference_mode})"
         if args.interference
         else "the shipped H200 measurement",
+        f"pairs that both declare {ANNOTATION_PHASE_SECONDS} take turns where the "
+        "simulator's would, the others at every meeting that loses progress"
+        if reads_cycles
+        else "no API server to read pods' cycles from: pairs take turns at every meeting "
+        "that loses progress",
     )
 
 
@@ -537,6 +556,14 @@ def _argument_error(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _recover(preemption: Preemption) -> None:
+    """What a (re)started agent finds of its last run, settled before it serves."""
+    preemption.reap()  # processes that exited while this agent was down
+    preemption.reconcile_parks()  # copies a killed agent left half-done or unowned
+    for problem in preemption.load_problems:
+        logging.error("unreadable suspended-pod record (kept for inspection): %s", problem)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -564,15 +591,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parks=ParkSpace(args.park_dir),
         relocator=relocator,
     )
-    preemption.reap()  # processes that exited while this agent was down
-    preemption.reconcile_parks()  # copies a killed agent left half-done or unowned
-    for problem in preemption.load_problems:
-        logging.error("unreadable suspended-pod record (kept for inspection): %s", problem)
+    _recover(preemption)
     metrics = AgentMetrics(args.node_name)
     metrics.watch(backend.gpus, lambda: list(preemption.suspended.values()))
     resolver = CgroupResolver(proc_root=args.proc_root, directory=_pod_directory(args, api))
+    cycles = DeclaredCycles()
     try:
-        gate = _phase_gate(args, backend, resolver, preemption, metrics)
+        gate = _phase_gate(args, backend, resolver, preemption, metrics, cycles=cycles)
     except ValueError as exc:
         print(f"rlix-node-agent: {exc}", file=sys.stderr)
         return 2
@@ -617,13 +642,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.park_dir,
     )
     if gate is not None:
-        _start_phase_gate(args, gate, server, preemption)
+        _start_phase_gate(args, gate, server, preemption, reads_cycles=api is not None)
     if args.mps:
         _start_mps(args, api, server.stopped)
     if api is not None:
         conducting = _start_conducting(
             args, api, preemption, publisher, now, rosters=server.rosters
         )
+        cycles.follow(conducting.listed)  # the phase gate's view of which pairs take turns
         if args.overrun_interval > 0:
             _start_overrun_watch(
                 args, api, backend, metrics, server.stopped, pods=conducting.listed

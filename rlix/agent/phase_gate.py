@@ -5,10 +5,11 @@ A trainer process about to enter a busy phase asks (``phase`` with
 every GPU its pod shares with pods that are working, and otherwise holds the
 answer until they leave their busy phases (or the wait reaches its bound).
 The decision is the shared core's (``rlix.core.policy.placement.turns``, on
-``gating.gains_by_entering``, the function the simulator's engine applies);
-this module only feeds it what the node knows: which GPUs each pod's
-processes hold, which pods are parked, and the clock, and it wakes waiters
-whose bound is reached.
+``gating.gains_by_entering`` and ``sharing.takes_turns``, the functions the
+simulator's engine applies); this module only feeds it what the node knows:
+which GPUs each pod's processes hold, the cycles pods declare
+(``rlix.io/phase-seconds``), which pods are parked, and the clock, and it
+wakes waiters whose bound is reached.
 
 Answers are sent from whichever thread frees them (a neighbour's phase
 report, a disconnect, a suspension, the bound's timer), never under the
@@ -25,7 +26,7 @@ from typing import Any
 
 from rlix.core.phases import Phase
 from rlix.core.policy.placement.sharing import SharingRules
-from rlix.core.policy.placement.turns import Turns
+from rlix.core.policy.placement.turns import Cycle, Turns
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +43,18 @@ class PhaseGate:
         *,
         gpus: Callable[[], Mapping[str, frozenset[int]]],
         parked: Callable[[str], bool],
+        cycles: Callable[[], Mapping[str, Cycle]] = dict,
         clock: Callable[[], float] = time.monotonic,
         on_wait: Callable[[float, bool], None] | None = None,
     ) -> None:
         """``gpus``: pod uid -> the GPUs its processes hold now; ``parked``:
-        whether a pod's memory is off its GPUs; ``on_wait``: told of every
+        whether a pod's memory is off its GPUs; ``cycles``: pod uid -> the
+        cycle it declares (a pod not named declares none); ``on_wait``: told of every
         answered wait (seconds, went in at the bound), for the metrics."""
         self._turns: Turns[object, Go] = Turns(rules, max_wait_s)
         self._gpus = gpus
         self._parked = parked
+        self._cycles = cycles
         self._clock = clock
         self._on_wait = on_wait or (lambda waited, expired: None)
         self._lock = threading.Lock()
@@ -87,6 +91,7 @@ class PhaseGate:
             return {
                 "maxWaitS": self.max_wait_s,
                 "working": self._turns.working(),
+                "declaredCycles": self._turns.declared(),
                 "waitingS": {p: round(now - t, 3) for p, t in self._turns.waiting().items()},
             }
 
@@ -106,6 +111,10 @@ class PhaseGate:
             self._turns.set_gpus(self._gpus())
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading which GPUs each pod holds failed")
+        try:
+            self._turns.set_cycles(self._cycles())
+        except Exception:  # as above
+            log.exception("phase gate: reading the cycles pods declare failed")
         now, out = self._clock(), []
         for pod in self._turns.pods():
             if self._parked(pod):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rlix.core.phases import Phase
-from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
-from rlix.core.policy.placement.turns import Admitted, Turns
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules, takes_turns
+from rlix.core.policy.placement.turns import Admitted, Cycle, Turns
+from rlix.core.snapshot import load_profile_of
 
 # SharingRules() decides with the measured H200 matrix: two busy kernels on one
 # GPU make less than one GPU's progress, a copy beside a kernel more.
@@ -183,3 +184,67 @@ def test_the_gate_needs_a_matrix_and_a_positive_bound() -> None:
         Turns(DEFAULT_RULES, 10.0)
     with pytest.raises(ValueError, match="max_wait_s"):
         Turns(RULES, 0.0)
+
+
+def cycle(**seconds: float) -> Cycle:
+    """A declared cycle as the agent reads it from ``rlix.io/phase-seconds``."""
+    return load_profile_of({Phase(k.replace("_", "-")): s for k, s in seconds.items()})
+
+
+# The simulator's disaggregated pools: each idles while the other pool works.
+ROLLOUT_POOL = cycle(rollout=60.0, weight_sync=5.0, idle=55.0)
+TRAINER_POOL = cycle(training=55.0, weight_sync=5.0, idle=60.0)
+COLOCATED = cycle(rollout=60.0, training=55.0, weight_sync=5.0)  # never idles
+
+
+def test_pods_that_both_idle_take_turns_as_in_the_simulator() -> None:
+    assert takes_turns(RULES, *ROLLOUT_POOL, *ROLLOUT_POOL)
+    t = turns({"a": {0}, "b": {0}})
+    t.set_cycles({"a": ROLLOUT_POOL, "b": ROLLOUT_POOL})
+    assert t.enter("a", "a0", Phase.ROLLOUT, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.ROLLOUT, 0.0, "tb")
+
+
+def test_declared_pairs_that_do_not_take_turns_co_run() -> None:
+    # Neither idles: rule 5 judged them drifting side by side, and the simulator
+    # gates them nowhere; so neither does the node.
+    assert not takes_turns(RULES, *COLOCATED, *COLOCATED)
+    t = turns({"a": {0}, "b": {0}})
+    t.set_cycles({"a": COLOCATED, "b": COLOCATED})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+    # One that idles beside one that never does: no turns either.
+    assert not takes_turns(RULES, *ROLLOUT_POOL, *COLOCATED)
+    t.set_cycles({"a": COLOCATED, "b": ROLLOUT_POOL})
+    assert t.enter("b", "b0", Phase.ROLLOUT, 1.0, "tb2")
+
+
+def test_a_long_busy_phase_beside_a_short_cycle_drifts_on_the_node_too() -> None:
+    short = cycle(rollout=30.0, idle=70.0)
+    long = cycle(training=2_400.0, idle=600.0)
+    assert not takes_turns(RULES, *short, *long)
+    t = turns({"a": {0}, "b": {0}})
+    t.set_cycles({"a": long, "b": short})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.enter("b", "b0", Phase.ROLLOUT, 0.0, "tb")
+
+
+def test_a_pod_that_declares_no_cycle_is_gated_at_every_meeting() -> None:
+    for cycles in ({"a": COLOCATED}, {"b": COLOCATED}, {}):
+        t = turns({"a": {0}, "b": {0}})
+        t.set_cycles(cycles)
+        assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+        assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb"), cycles
+    # An empty profile or a zero-length iteration declares nothing either.
+    t = turns({"a": {0}, "b": {0}})
+    t.set_cycles({"a": ((), 0.0), "b": (COLOCATED[0], 0.0)})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+
+
+def test_cycles_declared_later_decide_the_waiters_next_admission() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
+    t.set_cycles({"a": COLOCATED, "b": COLOCATED})
+    assert tickets(t.admit(1.0)) == ["tb"]

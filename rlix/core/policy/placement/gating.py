@@ -19,10 +19,11 @@ a pair makes by playing their declared cycles out under the gate; the sharing
 rules use it for pairs whose pods both idle part of their cycle.
 
 The simulator's engine applies the same ``gains_by_entering`` at every phase
-start. In a cluster the node agent applies it (``--phase-gate``) where a
-trainer already waits at its safe points, the client library's phase
-boundaries; ``turns`` keeps who works and who waits on a node
-(docs/node-agent.md, "The phase gate").
+start, between pods that take turns (``sharing.takes_turns``). In a cluster
+the node agent applies it (``--phase-gate``) where a trainer already waits at
+its safe points, the client library's phase boundaries; ``turns`` keeps who
+works and who waits on a node, and which pairs take turns by the cycles pods
+declare (docs/node-agent.md, "The phase gate").
 """
 
 from __future__ import annotations

@@ -18,6 +18,14 @@ Why only pods that take part: a pod whose client does not report the end of
 its phases (an older client library) would hold a GPU for ever in the gate's
 eyes. Such pods are left out of the gate both ways, as before it existed.
 
+Which pairs take turns: where both pods declare their cycle (the seconds of
+an iteration they spend in each phase, ``rlix.io/phase-seconds``), the
+simulator's rule, ``sharing.takes_turns``: only pods that both idle part of
+their cycle, and only where turns beat drifting side by side; other declared
+pairs co-run, as rule 5 judged them when it let them share. Where a pod
+declares no cycle the gate cannot tell, and every meeting that would lose
+progress is a turn, at full pressure (a cluster measures none lower).
+
 Waits are bounded (``max_wait_s``): past it a pod goes in whatever it meets,
 so a holder that stalls (or never reports its phase's end) cannot starve its
 neighbour.
@@ -31,10 +39,15 @@ from typing import Any, Generic, TypeVar
 
 from rlix.core.phases import Phase, Shape, shape_of
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
-from rlix.core.policy.placement.sharing import SharingRules
+from rlix.core.policy.placement.sharing import SharingRules, takes_turns
+from rlix.core.snapshot import PhaseLoad
 
 P = TypeVar("P", bound=Hashable)  # a process (the agent: its connection)
 T = TypeVar("T")  # what a waiter gets back when it may go
+
+# A pod's declared cycle: its load profile and the seconds of one iteration
+# (``snapshot.load_profile_of`` of its ``rlix.io/phase-seconds``).
+Cycle = tuple[tuple[PhaseLoad, ...], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +85,7 @@ class Turns(Generic[P, T]):
         self.max_wait_s = max_wait_s
         self._pods: dict[str, _Pod] = {}
         self._gpus: dict[str, frozenset[int]] = {}
+        self._cycles: dict[str, Cycle] = {}
         self._waiting: dict[P, _Waiter[T]] = {}
         self._pod_of: dict[P, str] = {}
         # Parked pods: the busy phase each of their processes was in (or was
@@ -86,6 +100,10 @@ class Turns(Generic[P, T]):
     def set_gpus(self, gpus: Mapping[str, frozenset[int]]) -> None:
         """The GPUs each pod holds now (a pod not named holds none)."""
         self._gpus = dict(gpus)
+
+    def set_cycles(self, cycles: Mapping[str, Cycle]) -> None:
+        """The cycles pods declare now (a pod not named declares none)."""
+        self._cycles = {pod: c for pod, c in cycles.items() if c[0] and c[1] > 0}
 
     def enter(self, pod: str, process: P, phase: Phase, now: float, ticket: T) -> bool:
         """``process`` of ``pod`` is about to enter ``phase`` (ending the one it was in).
@@ -173,6 +191,10 @@ class Turns(Generic[P, T]):
             if s.working
         }
 
+    def declared(self) -> dict[str, float]:
+        """Pod -> the seconds of the iteration it declares (for status)."""
+        return {pod: seconds for pod, (_, seconds) in sorted(self._cycles.items())}
+
     def waiting(self) -> dict[str, float]:
         """Pod -> when its longest-waiting process began to wait."""
         out: dict[str, float] = {}
@@ -182,17 +204,28 @@ class Turns(Generic[P, T]):
 
     # -- internals ---------------------------------------------------------------
     def _may_enter(self, pod: str, busy: Busy) -> bool:
-        """Whether entering adds progress on every GPU the pod shares with pods that work."""
+        """Whether entering adds progress on every GPU the pod shares with pods
+        that work and that it takes turns with."""
         for gpu in self._gpus.get(pod, frozenset()):
             holders = [
                 b
                 for other, s in self._pods.items()
-                if other != pod and gpu in self._gpus.get(other, frozenset())
+                if other != pod
+                and gpu in self._gpus.get(other, frozenset())
+                and self._turns_with(pod, other)
                 for b in s.working.values()
             ]
             if holders and not gains_by_entering(self.rules, busy, holders):
                 return False
         return True
+
+    def _turns_with(self, pod: str, other: str) -> bool:
+        """Whether ``pod`` waits for ``other``'s busy phases at all: by their
+        declared cycles where both declare one, else always."""
+        mine, theirs = self._cycles.get(pod), self._cycles.get(other)
+        if mine is None or theirs is None:
+            return True
+        return takes_turns(self.rules, *mine, *theirs)
 
     def _works(self, pod: str) -> bool:
         return pod in self._pods  # a pod is kept only while a process of it works
