@@ -1,0 +1,169 @@
+"""Two disaggregated jobs share GPUs, for real, where two that say nothing may not.
+
+A control plane of its own with one kwok node of two 81920 MiB GPUs that reach
+the scheduler only as the ``gpu.rlix.io`` ResourceSlice a real node agent
+(simulated backend) publishes; the real operator (given the H200 measurement,
+``--interference bench/results/gpu_interference.json``), extender and
+rlix-scheduler.
+
+Each job is disaggregated: a trainer pod and a rollout pod of one GPU and
+30000 MiB each, so a job holds both GPUs (its own pools never share one) and
+memory alone would fit two jobs. What decides is rule 5 of the sharing rules:
+
+* ``a`` declares a ``phaseProfile`` (240 s rollout, 20 scoring, 90 training,
+  10 weight sync): its rollout pod idles through scoring and training, its
+  trainer pod through rollout, and the operator writes that on each pod
+  (``rlix.io/phase-seconds``);
+* ``quiet`` declares none: judged busy in every phase, a pair's worst moment
+  (two decodes, or a decode beside a training step) makes less than 4/3 of a
+  GPU's progress, so admission refuses it, naming the sharing rules;
+* ``b`` declares the same profile as ``a``: each of its pools idles while the
+  other works, so at the node agent's phase gate a pair with ``a``'s pods takes
+  turns and expects more than 4/3; admission places each of ``b``'s pods on a
+  GPU beside one of ``a``'s, and kube-scheduler's DRA allocator agrees.
+
+This is the cluster doing what the simulator's disaggregated mix does
+(docs/simulator.md, "The phase gate").
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e._operator_process import OperatorProcess, operator_with_extender
+from e2e.kube import apply, get_json, rljob_state, wait_for, wait_for_condition
+from e2e.own_cluster import gpu_node_cluster
+from rlix.core import dra, names
+from rlix.devcluster.cluster import DevCluster
+from tests.support.agent_fakes import AgentProcess
+
+NODE = "rlix-disagg-gpu-0"
+GPU_MIB = 81920
+POD_MIB = 30000
+PROFILE = {"rollout": 240, "scoring": 20, "training": 90, "weight-sync": 10}
+MATRIX = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_interference.json"
+
+
+@pytest.fixture(scope="module")
+def disagg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """Its own control plane (named for the e2e reaper), one DRA node, its agent."""
+    with gpu_node_cluster("disagg", NODE, gpus=2, gpu_mib=GPU_MIB) as cluster:
+        agent = AgentProcess(
+            tmp_path_factory.mktemp("agent"),
+            node=NODE,
+            kubeconfig=Path(cluster.kubeconfig),
+            sim_gpus=2,
+            sim_gpu_memory_mib=GPU_MIB,
+            dra=True,
+        ).start()
+        try:
+            wait_for(
+                f"{NODE} marked for GPU claims by its agent",
+                lambda: (
+                    (get_json(cluster, "node", NODE)["metadata"].get("annotations") or {}).get(
+                        names.ANNOTATION_NODE_GPU_CLAIMS
+                    )
+                    == "true"
+                ),
+            )
+            yield cluster
+        finally:
+            agent.kill()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    disagg_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    yield from operator_with_extender(
+        disagg_cluster,
+        tmp_path_factory.mktemp("operator"),
+        extra_args=("--interference", str(MATRIX)),
+    )
+
+
+def pools(name: str, *, profile: bool) -> dict[str, Any]:
+    """A disaggregated job: a trainer pod and a rollout pod of one GPU each."""
+
+    def role(role: str, kind: str, phase: str) -> dict[str, Any]:
+        return {
+            "name": role,
+            "kind": kind,
+            "replicas": 1,
+            "gpusPerReplica": 1,
+            "image": "example.com/rl:1",
+            "gpuMemoryMiB": {phase: POD_MIB, "idle": POD_MIB},
+        }
+
+    spec: dict[str, Any] = {
+        "algorithm": "GRPO",
+        "roles": [role("policy", "trainer", "training"), role("gen", "rollout", "rollout")],
+    }
+    if profile:
+        spec["phaseProfile"] = PROFILE
+    return {
+        "apiVersion": "rlix.io/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def gpus_of(cluster: DevCluster, ns: str, pod: str) -> tuple[int, ...]:
+    allocation = dra.read_allocation(get_json(cluster, "resourceclaim", pod, "-n", ns))
+    assert allocation is not None, f"{pod}'s claim is not allocated"
+    return allocation.gpus
+
+
+def test_two_disaggregated_jobs_that_say_their_cycles_share_both_gpus(
+    disagg_cluster: DevCluster, operator: OperatorProcess
+) -> None:
+    cluster = disagg_cluster
+    assert f"interference matrix from {MATRIX} (time_slicing)" in operator.log.read_text()
+    ns = f"t-{uuid.uuid4().hex[:10]}"
+    cluster.kubectl("create", "namespace", ns)
+    wait_for(
+        "the namespace's default ServiceAccount",
+        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+    )
+    try:
+        apply(cluster, ns, pools("a", profile=True))
+        wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
+        a = {pod: gpus_of(cluster, ns, pod) for pod in ("a-policy-0", "a-gen-0")}
+        assert sorted(a.values()) == [(0,), (1,)], a  # its own pools on different GPUs
+
+        # Each pod says how it spends an iteration, from the job's phaseProfile.
+        notes = {
+            pod: get_json(cluster, "pod", pod, "-n", ns)["metadata"]["annotations"] for pod in a
+        }
+        assert json.loads(notes["a-gen-0"][names.ANNOTATION_PHASE_SECONDS]) == {
+            "rollout": 240, "weight-sync": 10, "idle": 110,
+        }  # fmt: skip
+        assert json.loads(notes["a-policy-0"][names.ANNOTATION_PHASE_SECONDS]) == {
+            "scoring": 20, "training": 90, "weight-sync": 10, "idle": 240,
+        }  # fmt: skip
+
+        # Saying nothing, a job is judged busy in every phase: no pair pays.
+        apply(cluster, ns, pools("quiet", profile=False))
+        refused = wait_for_condition(
+            cluster, ns, "quiet", "Admitted", lambda c: c["status"] == "False", what="quiet refused"
+        )
+        assert refused["reason"] == "WaitingForGPUs", refused
+        assert "but the sharing rules" in refused["message"], refused
+        assert not get_json(cluster, "pods", "-n", ns, "-l", f"{names.LABEL_JOB}=quiet")["items"]
+        cluster.kubectl("delete", "rljob", "quiet", "-n", ns, "--timeout=60s")
+
+        # The same job saying its cycle shares both GPUs with a.
+        apply(cluster, ns, pools("b", profile=True))
+        wait_for("b Running", lambda: rljob_state(cluster, ns, "b") == "Running", timeout_s=120)
+        b = {pod: gpus_of(cluster, ns, pod) for pod in ("b-policy-0", "b-gen-0")}
+        assert sorted(b.values()) == [(0,), (1,)], b
+        assert rljob_state(cluster, ns, "a") == "Running"
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
