@@ -72,6 +72,17 @@ class PhaseGate:
         self._release(released)
         return goes
 
+    def returned(self, process: object, phase: Phase) -> None:
+        """``process`` reported ``phase`` without waiting: it is back in the phase
+        of an enclosing block (``Turns.returned``); a process that never took
+        part in the gate stays out of it."""
+        with self._lock:
+            released = self._refresh()
+            if self._turns.returned(process, phase, self._clock()):
+                released += self._admit()
+                self._changed.notify_all()
+        self._release(released)
+
     def leave(self, process: object) -> None:
         """``process`` disconnected: what it held is free."""
         with self._lock:

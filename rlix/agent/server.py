@@ -210,7 +210,10 @@ class AgentServer:
                 )
             if wait and self.gate is not None:
                 return self._gated_phase(conn, req.id, phase)
-            return proto.encode_reply(req.id, since=self._set_phase(pod.uid, pod, phase))
+            since = self._set_phase(pod.uid, pod, phase)
+            if self.gate is not None:  # back in an enclosing block's phase, or not taking part
+                self.gate.returned(conn, phase)
+            return proto.encode_reply(req.id, since=since)
         if req.op == proto.OP_ACTIVE_REPLICAS:
             roster = self.rosters.of(pod.uid)
             return proto.encode_reply(

@@ -18,7 +18,10 @@ Where the node agent runs the phase gate (``--phase-gate``; its hello reply
 says so), entering a busy phase block waits until the agent lets the process
 in (at most the gate's bound, which the reply also gives), and leaving the
 outermost phase block tells the agent the process is idle. While it waits the
-process is at a phase boundary, so a suspend can take effect.
+process is at a phase boundary, so a suspend can take effect. Leaving a block
+nested in another (in this thread or another one) tells the agent the process
+is back in the phase of the newest block still open, without waiting: it is
+inside a block, where neither a suspend nor a turn may land.
 
 No agent (``RLIX_AGENT_SOCKET`` unset): everything is a cheap no-op, so the same
 script runs outside RLix unchanged. Phase names are still validated, so a typo
@@ -66,6 +69,10 @@ class Runtime:
         self._relocation: Relocation | None = None  # when the agent holds (or will hold) a copy
         self._target = proto.SELF  # where the current suspension was asked to park
         self.phase_now: Phase | None = None
+        # Phase blocks open in any thread, oldest first: when one ends, the
+        # process is in the phase of the newest block still open (or none).
+        self._open: list[tuple[object, Phase]] = []
+        self._open_lock = threading.Lock()
         # The agent's phase gate bound in seconds; None: the agent has no gate.
         self.gate_wait_s: float | None = None
         self.link: AgentLink | None = None
@@ -98,7 +105,7 @@ class Runtime:
             self._cv.wait_for(self._may_run)
             if not gated:
                 self._active += 1
-        previous, self.phase_now = self.phase_now, parsed
+        token, previous = self._open_block(parsed)
         if gated:
             self._enter_through_gate(parsed)
             with self._cv:
@@ -109,13 +116,34 @@ class Runtime:
                 self.link.notify(proto.OP_PHASE, phase=parsed.value)
             yield parsed
         finally:
-            self.phase_now = previous
+            now = self._close_block(token)
             with self._cv:
                 self._active -= 1
                 self._cv.notify_all()
-            if previous is None and self.gate_wait_s is not None:
-                # Out of every phase block: this process holds no GPU's turn.
-                self.link.notify(proto.OP_PHASE, phase=Phase.IDLE.value, wait=True)
+            if now is None:
+                if self.gate_wait_s is not None:
+                    # Out of every phase block: this process holds no GPU's turn.
+                    self.link.notify(proto.OP_PHASE, phase=Phase.IDLE.value, wait=True)
+            elif now is not parsed:
+                # Back in an enclosing block's phase: said without waiting (a
+                # suspend, or a turn at the gate, must not land inside a block).
+                self.link.notify(proto.OP_PHASE, phase=now.value)
+
+    def _open_block(self, phase: Phase) -> tuple[object, Phase | None]:
+        """Note a block of ``phase`` open; its token, and the phase the process was in."""
+        token = object()
+        with self._open_lock:
+            previous = self._open[-1][1] if self._open else None
+            self._open.append((token, phase))
+            self.phase_now = phase
+        return token, previous
+
+    def _close_block(self, token: object) -> Phase | None:
+        """Note the block ``token`` closed; the phase the process is in now."""
+        with self._open_lock:
+            self._open = [(t, p) for t, p in self._open if t is not token]
+            self.phase_now = self._open[-1][1] if self._open else None
+            return self.phase_now
 
     def _enter_through_gate(self, phase: Phase) -> None:
         """Report ``phase`` and wait until the agent's phase gate lets us in."""

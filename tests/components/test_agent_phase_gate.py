@@ -14,6 +14,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,9 @@ MAX_WAIT_S = 4.0
 
 # A trainer: "gpu N" reports 1 GiB on GPU N; "enter P" enters a phase block in
 # a thread and prints "in P" once inside, calling safe_point() while it stays;
-# "exit" leaves it (the outermost block: the client tells the gate it is idle).
+# "enter P Q" also runs a block of Q nested in it first and prints "back P"
+# once that has ended; "exit" leaves it (the outermost block: the client tells
+# the gate it is idle).
 TRAINER = r"""
 import sys, threading, time
 import rlix
@@ -49,9 +52,13 @@ print(f"ready {rt.gate_wait_s}", flush=True)
 leave = threading.Event()
 held = None
 
-def hold(phase):
+def hold(phase, inner=None):
     with rlix.phase(phase):
         print(f"in {phase}", flush=True)
+        if inner:
+            with rlix.phase(inner):
+                print(f"in {inner}", flush=True)
+            print(f"back {phase}", flush=True)
         while not leave.wait(0.05):
             rlix.safe_point()  # a long phase's batches: a suspend can land mid-phase
 
@@ -62,7 +69,7 @@ for line in sys.stdin:
         print("ok", flush=True)
     elif cmd == "enter":
         leave.clear()
-        held = threading.Thread(target=hold, args=(arg,))
+        held = threading.Thread(target=hold, args=tuple(arg.split()))
         held.start()
     elif cmd == "exit":
         leave.set()
@@ -238,6 +245,33 @@ def test_a_pod_suspended_mid_phase_works_again_once_resumed(
     assert _gate(agent)["working"] == {UID_A: ["compute"]}
     b = Trainer(agent, UID_B, gpu=0)
     trainers.append(b)
+    b.enter("training")
+    assert b.nothing_for(0.5)
+    a.say("exit")
+    assert a.next() == "out"
+    assert b.next() == "in training"
+
+
+def test_a_nested_block_s_end_puts_the_process_back_in_the_enclosing_phase(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    """a trains with a weight sync nested in its training block. When the sync
+    ends a is training again: its phase annotation says so, the gate counts it
+    as working in a compute phase, and b's training waits for it (before, the
+    agent kept a in weight-sync, a copy, and let b in beside a GEMM)."""
+    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
+    trainers += [a, b]
+    a.enter("training weight-sync")
+    assert [a.next(), a.next(), a.next()] == ["in training", "in weight-sync", "back training"]
+
+    def back_in_training() -> bool:
+        phase = agent.published().get(("pod", PODS[UID_A]), {}).get(ANNOTATION_PHASE)
+        return phase == "training" and _gate(agent)["working"] == {UID_A: ["compute"]}
+
+    deadline = time.monotonic() + 10  # the report is sent without waiting for its answer
+    while not back_in_training():
+        assert time.monotonic() < deadline, (agent.published(), _gate(agent))
+        time.sleep(0.05)
     b.enter("training")
     assert b.nothing_for(0.5)
     a.say("exit")

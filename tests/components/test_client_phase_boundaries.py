@@ -15,6 +15,8 @@ import pytest
 from rlix.client.hooks import CallableHook
 from rlix.client.runtime import Runtime
 from rlix.core import agent_protocol as proto
+from rlix.core.names import ANNOTATION_PHASE
+from rlix.core.phases import Phase
 from tests.support.agent_fakes import HOST_CGROUP, AgentProcess
 
 UID = "ffffffff-0000-4000-8000-000000000006"
@@ -169,3 +171,48 @@ def test_report_usage_reaches_the_simulated_gpus(harness: Harness) -> None:
         assert [(p["gpu"], p["usedMiB"]) for p in mine] == [(1, 2048)]
     finally:
         del api._state["runtime"]
+
+
+def _published_phase(harness: Harness, want: str) -> None:
+    """Wait until the agent has published ``want`` as the pod's phase (reports
+    go without waiting for their answers)."""
+    deadline = time.monotonic() + 10
+    while harness.agent.published().get(("pod", "t/p"), {}).get(ANNOTATION_PHASE) != want:
+        assert time.monotonic() < deadline, harness.agent.published()
+        time.sleep(0.05)
+
+
+def test_the_end_of_a_nested_block_reports_the_enclosing_phase_again(harness: Harness) -> None:
+    with harness.rt.phase("training"):
+        with harness.rt.phase("weight-sync"):
+            _published_phase(harness, "weight-sync")
+        assert harness.rt.phase_now is Phase.TRAINING
+        _published_phase(harness, "training")  # it trains again, and says so
+    assert harness.rt.phase_now is None
+
+
+def test_with_blocks_open_in_two_threads_the_newest_still_open_is_the_phase(
+    harness: Harness,
+) -> None:
+    rollout_in, rollout_out = threading.Event(), threading.Event()
+
+    def rollout() -> None:
+        with harness.rt.phase("rollout"):
+            rollout_in.set()
+            rollout_out.wait(10)
+
+    worker = threading.Thread(target=rollout)
+    worker.start()
+    try:
+        assert rollout_in.wait(5)
+        with harness.rt.phase("scoring"):
+            _published_phase(harness, "scoring")
+            rollout_out.set()  # the rollout thread's block ends first
+            worker.join(10)
+            assert harness.rt.phase_now is Phase.SCORING
+        # The scoring block ends last: no block is open, and nothing is reported
+        # (without the phase gate the last phase stays published, as before).
+        assert harness.rt.phase_now is None
+    finally:
+        rollout_out.set()
+        worker.join(10)

@@ -248,3 +248,26 @@ def test_cycles_declared_later_decide_the_waiters_next_admission() -> None:
     assert not t.enter("b", "b0", Phase.TRAINING, 0.0, "tb")
     t.set_cycles({"a": COLOCATED, "b": COLOCATED})
     assert tickets(t.admit(1.0)) == ["tb"]
+
+
+def test_a_process_back_in_an_enclosing_phase_works_in_it_without_asking() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert t.enter("a", "a0", Phase.WEIGHT_SYNC, 1.0, "ta2")  # a nested copy block
+    assert t.enter("b", "b0", Phase.TRAINING, 2.0, "tb")  # a kernel beside a copy goes in
+    assert t.enter("b", "b0", Phase.IDLE, 3.0, "tb2")
+    # a's copy block ends inside its training block: it trains again at once,
+    # and b, asking again, waits for it.
+    assert t.returned("a0", Phase.TRAINING, 4.0)
+    assert t.working() == {"a": ["compute"]}
+    assert not t.enter("b", "b0", Phase.TRAINING, 5.0, "tb3")
+    # Back in an idle phase: it holds nothing, and b goes.
+    assert t.returned("a0", Phase.IDLE, 6.0)
+    assert tickets(t.admit(6.0)) == ["tb3"]
+
+
+def test_a_process_that_never_took_part_is_not_followed_back() -> None:
+    t = turns({"a": {0}, "b": {0}})
+    assert not t.returned("a0", Phase.TRAINING, 0.0)  # an older client: out of the gate
+    assert t.working() == {} and t.pods() == []
+    assert t.enter("b", "b0", Phase.TRAINING, 1.0, "tb")

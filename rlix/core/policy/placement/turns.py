@@ -123,6 +123,22 @@ class Turns(Generic[P, T]):
         self._waiting[process] = _Waiter(pod, busy, now, ticket)
         return False
 
+    def returned(self, process: P, phase: Phase, now: float) -> bool:
+        """``process`` is back in ``phase`` without asking: a nested phase block
+        ended inside an enclosing one, where the process cannot wait (a suspend
+        must not land inside a block). It works in that phase at once, or
+        holds nothing if the phase is idle. Only a process that took part
+        before (it entered through :meth:`enter`) is followed; True if it was."""
+        pod = self._pod_of.get(process)
+        if pod is None:
+            return False
+        self._forget_process(process, now)
+        self._pod_of[process] = pod
+        shape = shape_of(phase)
+        if shape is not Shape.NONE:
+            self._pods.setdefault(pod, _Pod()).working[process] = (shape, 1.0)
+        return True
+
     def leave(self, process: P) -> None:
         """``process`` is gone (disconnected): it neither works nor waits."""
         self._forget_process(process)
