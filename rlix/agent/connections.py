@@ -47,6 +47,9 @@ class Connection:
         # Set when its hello arrives: until then its hooks (and so how it is
         # suspended) are unknown.
         self.greeted = False
+        # Its hello said its wait-less phase reports are the phase it is in now
+        # (``agent_protocol.reports_phase_now``): the phase gate follows them.
+        self.reports_phase_now = False
 
     @property
     def pid(self) -> int:

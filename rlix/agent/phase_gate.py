@@ -72,15 +72,18 @@ class PhaseGate:
         self._release(released)
         return goes
 
-    def returned(self, process: object, phase: Phase) -> None:
-        """``process`` reported ``phase`` without waiting: it is back in the phase
-        of an enclosing block (``Turns.returned``); a process that never took
-        part in the gate stays out of it."""
+    def returned(self, pod: str, process: object, phase: Phase, *, adopt: bool) -> None:
+        """``process`` reported ``phase`` without waiting: it is in that phase now,
+        inside a block (``Turns.returned``). ``adopt``: its client says so of
+        such reports, so it is followed even if it never asked the gate here
+        (it reconnected mid-block, to a restarted agent); otherwise a process
+        that never took part stays out of the gate."""
         with self._lock:
-            released = self._refresh()
-            if self._turns.returned(process, phase, self._clock()):
-                released += self._admit()
-                self._changed.notify_all()
+            if not self._turns.returned(pod, process, phase, self._clock(), adopt=adopt):
+                return
+            # After it, so that a parked pod's phase is kept for its restore.
+            released = self._refresh() + self._admit()
+            self._changed.notify_all()
         self._release(released)
 
     def leave(self, process: object) -> None:

@@ -190,6 +190,7 @@ class AgentServer:
                     proto.E_BAD_FIELD, "'hooks' must be a list of strings", msg_id=req.id
                 )
             conn.hooks = tuple(hooks)
+            conn.reports_phase_now = proto.reports_phase_now(req.args.get("client"))
             state = self.preemption.on_hello(conn, req.args.get("parked"))
             # A client that is told of the gate asks it at each phase start
             # ("wait") and reports when it leaves its phases (idle).
@@ -211,8 +212,8 @@ class AgentServer:
             if wait and self.gate is not None:
                 return self._gated_phase(conn, req.id, phase)
             since = self._set_phase(pod.uid, pod, phase)
-            if self.gate is not None:  # back in an enclosing block's phase, or not taking part
-                self.gate.returned(conn, phase)
+            if self.gate is not None:  # in that phase now, inside a block, or not taking part
+                self.gate.returned(pod.uid, conn, phase, adopt=conn.reports_phase_now)
             return proto.encode_reply(req.id, since=since)
         if req.op == proto.OP_ACTIVE_REPLICAS:
             roster = self.rosters.of(pod.uid)

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from rlix.client.export import Relocation
 from rlix.client.hooks import HookRegistry, OffloadHook
@@ -44,6 +44,7 @@ from rlix.core.phases import Phase
 
 log = logging.getLogger("rlix")
 
+CLIENT: Final = f"{proto.CLIENT_NAME}/{proto.CLIENT_REVISION}"
 # How much longer than the gate's own bound a process waits for its answer
 # before it goes in anyway (an agent that stopped answering must not hold it).
 GATE_SLACK_S = 30.0
@@ -191,7 +192,7 @@ class Runtime:
     def _hello_args(self) -> dict[str, Any]:
         with self._cv:
             parked = self._parked_doc if self._suspended else None
-        return {"hooks": self.hooks.names(), "parked": parked, "client": "rlix-python/1"}
+        return {"hooks": self.hooks.names(), "parked": parked, "client": CLIENT}
 
     def _greeted(self, op: str, reply: proto.Reply) -> None:
         """The agent's answer to our hello: whether it runs a phase gate."""

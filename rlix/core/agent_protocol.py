@@ -63,6 +63,24 @@ OP_RELEASE: Final = "release"  # {}; the agent holds a copy: free the exported m
 OP_REGROW: Final = "regrow"  # {"manifest"}; reallocate and export empty buffers to fill
 OP_RESUME: Final = "resume"  # {"manifest": {...}}; reply carries the checksums
 
+# The hello's "client": the library and its revision. Revision 2 and later say,
+# with a phase report without "wait", the phase the process is in now, inside a
+# block (a nested block ended, or it reconnected mid-block): where the agent
+# runs the phase gate, that process works in that phase at once.
+CLIENT_NAME: Final = "rlix-python"
+CLIENT_REVISION: Final = 2
+_PHASE_NOW_REVISION: Final = 2
+
+
+def reports_phase_now(client: object) -> bool:
+    """Whether a hello's "client" says its wait-less phase reports are the phase
+    it is in now (revision 2 or later of this library)."""
+    if not isinstance(client, str):
+        return False
+    name, _, revision = client.partition("/")
+    return name == CLIENT_NAME and revision.isdigit() and int(revision) >= _PHASE_NOW_REVISION
+
+
 CLIENT_OPS: Final = frozenset({OP_HELLO, OP_PHASE, OP_USAGE, OP_ACTIVE_REPLICAS})
 CONTROL_OPS: Final = frozenset({OP_SUSPEND_POD, OP_RESUME_POD, OP_STATUS})
 AGENT_OPS: Final = frozenset({OP_SUSPEND, OP_RELEASE, OP_REGROW, OP_RESUME})

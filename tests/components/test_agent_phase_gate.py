@@ -11,6 +11,7 @@ GPU make less than one GPU's progress, a copy beside a kernel more.
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -25,6 +26,7 @@ from rlix.cli.main import main as rlix_main
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_PHASE
 from rlix.devcluster.processes import free_ports
+from tests.components.pod_processes import wait_connected
 from tests.support.agent_fakes import AgentProcess
 
 UID_A = "aaaaaaaa-0000-4000-8000-00000000000a"
@@ -272,6 +274,35 @@ def test_a_nested_block_s_end_puts_the_process_back_in_the_enclosing_phase(
     while not back_in_training():
         assert time.monotonic() < deadline, (agent.published(), _gate(agent))
         time.sleep(0.05)
+    b.enter("training")
+    assert b.nothing_for(0.5)
+    a.say("exit")
+    assert a.next() == "out"
+    assert b.next() == "in training"
+
+
+def test_a_restarted_agent_follows_a_process_that_reconnects_mid_phase(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    """The agent is killed while a trains. a reconnects to the new agent from
+    inside its training block and says so (its hello names a client that
+    reports its phase now); the new gate counts it as working, so b's training
+    waits for it, as it would have before the restart."""
+    a = Trainer(agent, UID_A, gpu=0)
+    trainers.append(a)
+    a.enter("training")
+    assert a.next() == "in training"
+    agent.kill(signal.SIGKILL)
+    agent.start()
+    wait_connected(agent, a.proc.pid, uid=UID_A)
+    a.say("gpu 0")  # the simulated GPU forgot its memory with the old agent
+    assert a.next() == "ok"
+    deadline = time.monotonic() + 10
+    while _gate(agent)["working"] != {UID_A: ["compute"]}:
+        assert time.monotonic() < deadline, (_gate(agent), agent.log_text())
+        time.sleep(0.05)
+    b = Trainer(agent, UID_B, gpu=0)
+    trainers.append(b)
     b.enter("training")
     assert b.nothing_for(0.5)
     a.say("exit")

@@ -258,16 +258,25 @@ def test_a_process_back_in_an_enclosing_phase_works_in_it_without_asking() -> No
     assert t.enter("b", "b0", Phase.IDLE, 3.0, "tb2")
     # a's copy block ends inside its training block: it trains again at once,
     # and b, asking again, waits for it.
-    assert t.returned("a0", Phase.TRAINING, 4.0)
+    assert t.returned("a", "a0", Phase.TRAINING, 4.0, adopt=False)
     assert t.working() == {"a": ["compute"]}
     assert not t.enter("b", "b0", Phase.TRAINING, 5.0, "tb3")
     # Back in an idle phase: it holds nothing, and b goes.
-    assert t.returned("a0", Phase.IDLE, 6.0)
+    assert t.returned("a", "a0", Phase.IDLE, 6.0, adopt=False)
     assert tickets(t.admit(6.0)) == ["tb3"]
 
 
 def test_a_process_that_never_took_part_is_not_followed_back() -> None:
     t = turns({"a": {0}, "b": {0}})
-    assert not t.returned("a0", Phase.TRAINING, 0.0)  # an older client: out of the gate
+    # An older client's report: it neither waits nor is waited for.
+    assert not t.returned("a", "a0", Phase.TRAINING, 0.0, adopt=False)
     assert t.working() == {} and t.pods() == []
     assert t.enter("b", "b0", Phase.TRAINING, 1.0, "tb")
+
+
+def test_a_process_that_says_its_phase_now_is_followed_from_its_first_report() -> None:
+    # It reconnected mid-block to a restarted agent: it trains, and b waits for it.
+    t = turns({"a": {0}, "b": {0}})
+    assert t.returned("a", "a0", Phase.TRAINING, 0.0, adopt=True)
+    assert t.working() == {"a": ["compute"]}
+    assert not t.enter("b", "b0", Phase.TRAINING, 1.0, "tb")

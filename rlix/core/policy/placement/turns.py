@@ -123,14 +123,15 @@ class Turns(Generic[P, T]):
         self._waiting[process] = _Waiter(pod, busy, now, ticket)
         return False
 
-    def returned(self, process: P, phase: Phase, now: float) -> bool:
-        """``process`` is back in ``phase`` without asking: a nested phase block
-        ended inside an enclosing one, where the process cannot wait (a suspend
-        must not land inside a block). It works in that phase at once, or
-        holds nothing if the phase is idle. Only a process that took part
-        before (it entered through :meth:`enter`) is followed; True if it was."""
-        pod = self._pod_of.get(process)
-        if pod is None:
+    def returned(self, pod: str, process: P, phase: Phase, now: float, *, adopt: bool) -> bool:
+        """``process`` of ``pod`` is in ``phase`` now, without asking: a nested
+        phase block ended inside an enclosing one, or it reconnected inside a
+        block, where it cannot wait (a suspend must not land inside a block).
+        It works in that phase at once, or holds nothing if the phase is idle.
+        Followed only if it took part before (it entered through :meth:`enter`)
+        or ``adopt`` (its client says such reports are its phase now); True if
+        it was."""
+        if process not in self._pod_of and not adopt:
             return False
         self._forget_process(process, now)
         self._pod_of[process] = pod
