@@ -101,6 +101,7 @@ class PhaseGate:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
+            self._read_cycles()  # what it would decide with now, even before any report
             now = self._clock()
             return {
                 "maxWaitS": self.max_wait_s,
@@ -125,10 +126,7 @@ class PhaseGate:
             self._turns.set_gpus(self._gpus())
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading which GPUs each pod holds failed")
-        try:
-            self._turns.set_cycles(self._cycles())
-        except Exception:  # as above
-            log.exception("phase gate: reading the cycles pods declare failed")
+        self._read_cycles()
         now, out = self._clock(), []
         for pod in self._turns.pods():
             if self._parked(pod):
@@ -137,6 +135,12 @@ class PhaseGate:
             if not self._parked(pod):  # restored: it works again in the phase it was in
                 self._turns.restore_pod(pod)
         return out
+
+    def _read_cycles(self) -> None:
+        try:
+            self._turns.set_cycles(self._cycles())
+        except Exception:  # a failed reading keeps the last one; the next event retries
+            log.exception("phase gate: reading the cycles pods declare failed")
 
     def _admit(self) -> list[tuple[Go, float, bool]]:
         return [(a.ticket, a.waited_s, a.expired) for a in self._turns.admit(self._clock())]

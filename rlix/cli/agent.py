@@ -13,6 +13,7 @@ from typing import Any
 
 from rlix.cli import output
 from rlix.core import agent_protocol as proto
+from rlix.core.names import ANNOTATION_PHASE_SECONDS
 
 DESCRIPTION = """\
 Talk to the RLix node agent of this node over its unix socket: show what it
@@ -208,6 +209,13 @@ def render_status(status: dict[str, Any]) -> str:
             f"phase gate on: busy phases take turns on shared GPUs "
             f"(a wait lasts at most {gate['maxWaitS']:g} s)",
         ]
+        declared: dict[str, float] = gate.get("declaredCycles") or {}
+        if declared:
+            named = ", ".join(f"{pods.get(u, u)} {s:g} s" for u, s in sorted(declared.items()))
+            lines.append(
+                f"cycles declared ({ANNOTATION_PHASE_SECONDS}): {named}; two of these take turns "
+                "only where both idle part of their cycle and turns pay"
+            )
     lines += ["", "POD                                   PHASE         PROCESSES  STATE"]
     for uid in sorted(set(connected) | set(suspended), key=lambda u: pods.get(u, u)):
         phase = phases.get(uid, {}).get("phase", "-")

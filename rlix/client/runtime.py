@@ -44,7 +44,10 @@ from rlix.core.phases import Phase
 
 log = logging.getLogger("rlix")
 
+# What the hello says this library is: a revision whose phase reports without
+# "wait" are the phase the process is in now (``agent_protocol.reports_phase_now``).
 CLIENT: Final = f"{proto.CLIENT_NAME}/{proto.CLIENT_REVISION}"
+
 # How much longer than the gate's own bound a process waits for its answer
 # before it goes in anyway (an agent that stopped answering must not hold it).
 GATE_SLACK_S = 30.0

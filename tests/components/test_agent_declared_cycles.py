@@ -98,3 +98,19 @@ def test_the_gate_keeps_its_last_cycles_when_reading_them_fails() -> None:
     assert g.enter("a", "a0", Phase.TRAINING, lambda w, e: None)
     listings[0] = RuntimeError("listing gone")
     assert g.enter("b", "b0", Phase.TRAINING, lambda w, e: None)
+
+
+def test_agent_status_names_the_pods_whose_cycles_the_gate_read() -> None:
+    from rlix.cli.agent import render_status
+
+    cycles = DeclaredCycles()
+    cycles.follow(lambda: [pod("a", BUSY), pod("b", None)])
+    status = {
+        "node": "n1",
+        "pods": {"a": "team/trainer-a", "b": "team/trainer-b"},
+        "phaseGate": gate(cycles).status(),
+    }
+    shown = render_status(status)
+    assert "phase gate on" in shown
+    assert f"cycles declared ({ANNOTATION_PHASE_SECONDS}): team/trainer-a 105 s;" in shown
+    assert "trainer-b" not in shown  # it declares none (and has no process connected)
