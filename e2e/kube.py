@@ -124,6 +124,18 @@ def rljob_manifest(name: str, *roles: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def one_gpu_role(name: str, kind: str, memory_mib: dict[str, int]) -> dict[str, Any]:
+    """A role of one replica on one GPU, with per-phase memory ``memory_mib``."""
+    return {
+        "name": name,
+        "kind": kind,
+        "replicas": 1,
+        "gpusPerReplica": 1,
+        "image": "example.com/rl:1",
+        "gpuMemoryMiB": memory_mib,
+    }
+
+
 def trainer_role(*, replicas: int = 1, gpus: int = 1, mib: int = 10000) -> dict[str, Any]:
     """The ``policy`` trainer role: ``replicas`` pods of ``gpus`` GPUs, ``mib`` each in training."""
     return {

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, events_for, get_json, rljob_state, wait_for
+from e2e.kube import apply, events_for, get_json, one_gpu_role, rljob_state, wait_for
 from e2e.suspensions import condition, finish, observed, pod_suspension
 from rlix.cli.main import main as rlix
 from rlix.core import names
@@ -46,14 +46,7 @@ def operator(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 def rljob(name: str, *, preemptible: bool = True) -> dict[str, Any]:
     def role(role: str, kind: str, phase: str) -> dict[str, Any]:
-        return {
-            "name": role,
-            "kind": kind,
-            "replicas": 1,
-            "gpusPerReplica": 1,
-            "image": "example.com/rl:1",
-            "gpuMemoryMiB": {phase: 20000},
-        }
+        return one_gpu_role(role, kind, {phase: 20000})
 
     return {
         "apiVersion": "rlix.io/v1alpha1",

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, get_json, rljob_state, wait_for, wait_for_condition
+from e2e.kube import apply, get_json, one_gpu_role, rljob_state, wait_for, wait_for_condition
 from e2e.own_cluster import gpu_node_cluster
 from rlix.core import dra, names
 from rlix.devcluster.cluster import DevCluster
@@ -92,14 +92,7 @@ def pools(name: str, *, profile: bool) -> dict[str, Any]:
     """A disaggregated job: a trainer pod and a rollout pod of one GPU each."""
 
     def role(role: str, kind: str, phase: str) -> dict[str, Any]:
-        return {
-            "name": role,
-            "kind": kind,
-            "replicas": 1,
-            "gpusPerReplica": 1,
-            "image": "example.com/rl:1",
-            "gpuMemoryMiB": {phase: POD_MIB, "idle": POD_MIB},
-        }
+        return one_gpu_role(role, kind, {phase: POD_MIB, "idle": POD_MIB})
 
     spec: dict[str, Any] = {
         "algorithm": "GRPO",

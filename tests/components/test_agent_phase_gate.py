@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -245,6 +245,18 @@ def test_a_pod_suspended_mid_phase_works_again_once_resumed(
     assert _gate(agent)["working"] == {}  # parked: it holds no GPU
     assert agent.control(proto.OP_RESUME_POD, pod_uid=UID_A, timeout=20).ok
     assert _gate(agent)["working"] == {UID_A: ["compute"]}
+    _b_trains_once_a_is_out(agent, trainers, a)
+
+
+def _until(agent: AgentProcess, check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, (agent.published(), _gate(agent), agent.log_text())
+        time.sleep(0.05)
+
+
+def _b_trains_once_a_is_out(agent: AgentProcess, trainers: list[Trainer], a: Trainer) -> None:
+    """b, on a's GPU, asks to train while a trains: it waits, and goes in once a is out."""
     b = Trainer(agent, UID_B, gpu=0)
     trainers.append(b)
     b.enter("training")
@@ -261,8 +273,8 @@ def test_a_nested_block_s_end_puts_the_process_back_in_the_enclosing_phase(
     ends a is training again: its phase annotation says so, the gate counts it
     as working in a compute phase, and b's training waits for it (before, the
     agent kept a in weight-sync, a copy, and let b in beside a GEMM)."""
-    a, b = Trainer(agent, UID_A, gpu=0), Trainer(agent, UID_B, gpu=0)
-    trainers += [a, b]
+    a = Trainer(agent, UID_A, gpu=0)
+    trainers.append(a)
     a.enter("training weight-sync")
     assert [a.next(), a.next(), a.next()] == ["in training", "in weight-sync", "back training"]
 
@@ -270,15 +282,8 @@ def test_a_nested_block_s_end_puts_the_process_back_in_the_enclosing_phase(
         phase = agent.published().get(("pod", PODS[UID_A]), {}).get(ANNOTATION_PHASE)
         return phase == "training" and _gate(agent)["working"] == {UID_A: ["compute"]}
 
-    deadline = time.monotonic() + 10  # the report is sent without waiting for its answer
-    while not back_in_training():
-        assert time.monotonic() < deadline, (agent.published(), _gate(agent))
-        time.sleep(0.05)
-    b.enter("training")
-    assert b.nothing_for(0.5)
-    a.say("exit")
-    assert a.next() == "out"
-    assert b.next() == "in training"
+    _until(agent, back_in_training)  # the report is sent without waiting for its answer
+    _b_trains_once_a_is_out(agent, trainers, a)
 
 
 def test_a_restarted_agent_follows_a_process_that_reconnects_mid_phase(
@@ -297,17 +302,8 @@ def test_a_restarted_agent_follows_a_process_that_reconnects_mid_phase(
     wait_connected(agent, a.proc.pid, uid=UID_A)
     a.say("gpu 0")  # the simulated GPU forgot its memory with the old agent
     assert a.next() == "ok"
-    deadline = time.monotonic() + 10
-    while _gate(agent)["working"] != {UID_A: ["compute"]}:
-        assert time.monotonic() < deadline, (_gate(agent), agent.log_text())
-        time.sleep(0.05)
-    b = Trainer(agent, UID_B, gpu=0)
-    trainers.append(b)
-    b.enter("training")
-    assert b.nothing_for(0.5)
-    a.say("exit")
-    assert a.next() == "out"
-    assert b.next() == "in training"
+    _until(agent, lambda: _gate(agent)["working"] == {UID_A: ["compute"]})
+    _b_trains_once_a_is_out(agent, trainers, a)
 
 
 # A process that, once the test has put it in a pod, sends each line of its
