@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+from e2e.kube import get_json, wait_for
 from rlix.devcluster import manifests, processes
 from rlix.devcluster.cluster import ClusterOptions, DevCluster, default_workdir
 from rlix.devcluster.toolchain import bin_dir
+from tests.support.agent_fakes import AgentProcess
 
 
 @contextmanager
@@ -36,3 +39,42 @@ def gpu_node_cluster(tag: str, node: str, *, gpus: int, gpu_mib: int) -> Iterato
         yield cluster
     finally:
         cluster.down()
+
+
+@contextmanager
+def dra_agent_cluster(
+    tag: str,
+    node: str,
+    root: Path,
+    *,
+    gpus: int,
+    gpu_mib: int,
+    ready: tuple[str, str],
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[tuple[DevCluster, AgentProcess]]:
+    """``gpu_node_cluster`` whose GPUs reach the scheduler only as the
+    ``gpu.rlix.io`` ResourceSlice a real node agent (simulated backend, state
+    under ``root``) publishes; yielded once the agent has written the node
+    annotation ``ready`` (key, value)."""
+    key, value = ready
+    with gpu_node_cluster(tag, node, gpus=gpus, gpu_mib=gpu_mib) as cluster:
+        agent = AgentProcess(
+            root,
+            node=node,
+            kubeconfig=Path(cluster.kubeconfig),
+            sim_gpus=gpus,
+            sim_gpu_memory_mib=gpu_mib,
+            dra=True,
+            extra_args=extra_args,
+        ).start()
+        try:
+            wait_for(
+                f"{node} annotated {key}={value} by its agent",
+                lambda: (
+                    (get_json(cluster, "node", node)["metadata"].get("annotations") or {}).get(key)
+                    == value
+                ),
+            )
+            yield cluster, agent
+        finally:
+            agent.kill()

@@ -38,10 +38,9 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, get_json, one_gpu_role, rljob_state, wait_for, wait_for_condition
-from e2e.own_cluster import gpu_node_cluster
+from e2e.own_cluster import dra_agent_cluster
 from rlix.core import dra, names
 from rlix.devcluster.cluster import DevCluster
-from tests.support.agent_fakes import AgentProcess
 
 NODE = "rlix-disagg-gpu-0"
 GPU_MIB = 81920
@@ -53,28 +52,15 @@ MATRIX = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_int
 @pytest.fixture(scope="module")
 def disagg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """Its own control plane (named for the e2e reaper), one DRA node, its agent."""
-    with gpu_node_cluster("disagg", NODE, gpus=2, gpu_mib=GPU_MIB) as cluster:
-        agent = AgentProcess(
-            tmp_path_factory.mktemp("agent"),
-            node=NODE,
-            kubeconfig=Path(cluster.kubeconfig),
-            sim_gpus=2,
-            sim_gpu_memory_mib=GPU_MIB,
-            dra=True,
-        ).start()
-        try:
-            wait_for(
-                f"{NODE} marked for GPU claims by its agent",
-                lambda: (
-                    (get_json(cluster, "node", NODE)["metadata"].get("annotations") or {}).get(
-                        names.ANNOTATION_NODE_GPU_CLAIMS
-                    )
-                    == "true"
-                ),
-            )
-            yield cluster
-        finally:
-            agent.kill()
+    with dra_agent_cluster(
+        "disagg",
+        NODE,
+        tmp_path_factory.mktemp("agent"),
+        gpus=2,
+        gpu_mib=GPU_MIB,
+        ready=(names.ANNOTATION_NODE_GPU_CLAIMS, "true"),
+    ) as (cluster, _):
+        yield cluster
 
 
 @pytest.fixture(scope="module")

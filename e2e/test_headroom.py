@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, get_json, rljob_state, wait_for
-from e2e.own_cluster import gpu_node_cluster
+from e2e.own_cluster import dra_agent_cluster
 from e2e.suspensions import condition, finish, observed, pod_suspension
 from rlix.core import dra, names
 from rlix.devcluster.cluster import DevCluster
@@ -51,29 +50,16 @@ def headroom_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[DevCluster, AgentProcess]]:
     """Its own control plane (named for the e2e reaper), one DRA node, its agent."""
-    with gpu_node_cluster("headroom", NODE, gpus=2, gpu_mib=GPU_MIB) as cluster:
-        agent = AgentProcess(
-            tmp_path_factory.mktemp("agent"),
-            node=NODE,
-            kubeconfig=Path(cluster.kubeconfig),
-            sim_gpus=2,
-            sim_gpu_memory_mib=GPU_MIB,
-            dra=True,
-            extra_args=(f"--memory-overcommit={OVERCOMMIT}",),
-        ).start()
-        try:
-            wait_for(
-                f"{NODE} published at {OVERCOMMIT}x by its agent",
-                lambda: (
-                    (get_json(cluster, "node", NODE)["metadata"].get("annotations") or {}).get(
-                        names.ANNOTATION_NODE_MEMORY_OVERCOMMIT
-                    )
-                    == OVERCOMMIT
-                ),
-            )
-            yield cluster, agent
-        finally:
-            agent.kill()
+    with dra_agent_cluster(
+        "headroom",
+        NODE,
+        tmp_path_factory.mktemp("agent"),
+        gpus=2,
+        gpu_mib=GPU_MIB,
+        ready=(names.ANNOTATION_NODE_MEMORY_OVERCOMMIT, OVERCOMMIT),
+        extra_args=(f"--memory-overcommit={OVERCOMMIT}",),
+    ) as both:
+        yield both
 
 
 @pytest.fixture(scope="module")
