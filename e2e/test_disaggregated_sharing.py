@@ -143,6 +143,12 @@ def test_two_disaggregated_jobs_that_say_their_cycles_share_both_gpus(
         wait_for("b Running", lambda: rljob_state(cluster, ns, "b") == "Running", timeout_s=120)
         b = {pod: gpus_of(cluster, ns, pod) for pod in ("b-policy-0", "b-gen-0")}
         assert sorted(b.values()) == [(0,), (1,)], b
+        # kubectl describe says so: its Admitted condition (and event) names them.
+        admitted = wait_for_condition(
+            cluster, ns, "b", "Admitted", lambda c: c["status"] == "True", what="b admitted"
+        )
+        shared = f"shares GPUs {NODE}/0, {NODE}/1 with {ns}/a"
+        assert admitted["message"].endswith(shared), admitted
         assert rljob_state(cluster, ns, "a") == "Running"
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -44,9 +44,10 @@ MAX_DEPTH: Final = 32
 MAX_NUMBER_CHARS: Final = 24
 
 # Requests a client sends to the agent.
-OP_HELLO: Final = "hello"  # {"hooks": [names], "parked": manifest|null}
+OP_HELLO: Final = "hello"  # {"hooks": [names], "parked": manifest|null, "client": name/revision}
 # {"phase": "rollout", "wait": true?}; with "wait" the reply comes once the node's
 # phase gate lets the process in (at once without a gate): {"since", "waited_s", "expired"}.
+# Without it, from a client of revision 2 or later, the phase it is in now (below).
 OP_PHASE: Final = "phase"
 OP_USAGE: Final = "usage"  # {"gpu": 0, "memory_mib": 1024, "utilization": 0.5}; simulated only
 # {}; reply {"activeReplicas": ActiveReplicas document or null}: which replicas of

@@ -321,6 +321,8 @@ class Admitter:
             )
             nodes = sorted({p.node for p in decision.placements})
             message = f"all {len(decision.placements)} pods fit (on {', '.join(nodes)})"
+            if decision.message:  # the GPUs it shares, and with whom
+                message = f"{message}; {decision.message}"
             new = with_condition(
                 new,
                 CONDITION_ADMITTED,

@@ -108,3 +108,30 @@ def test_admission_plans_only_on_nodes_the_pods_selector_and_tolerations_allow()
         member = replace(picky, tolerations=(wrong,))
         decision, _ = place_gang(snap, replace(request, pods=(member,)), GANG_BINPACK)
         assert not decision.admitted
+
+
+def test_an_admitted_job_is_told_which_gpus_it_shares_and_with_whom() -> None:
+    from rlix.core.policy.rlix_policy import RLixPolicy
+
+    small = {Phase.TRAINING: 30_000}
+
+    def pair(name: str) -> GangRequest:
+        return GangRequest(
+            name, 0, 0.0,
+            tuple(Workload(f"{name}/p{k}", name, "w", 1, small, gang_size=2) for k in range(2)),
+        )  # fmt: skip
+
+    # One node of two GPUs: a takes both (empty GPUs first), b goes beside it
+    # in the same pass, c finds no room.
+    snapshot = ClusterSnapshot.of([Node("n0", 2, 81_920)])
+    a, b = admit(snapshot, [pair("a"), pair("b")], RLixPolicy())
+    assert a.admitted and a.message == ""
+    assert b.admitted and b.message == "shares GPUs n0/0, n0/1 with a"
+    # With a's pods parked on GPU 0, the note says so.
+    bound = [
+        Workload(f"a/p{k}", "a", "w", 1, small, node="n0", gpu_indices=(k,), suspended=k == 0)
+        for k in range(2)
+    ]
+    (c,) = admit(ClusterSnapshot.of([Node("n0", 2, 81_920)], bound), [pair("c")], RLixPolicy())
+    assert c.admitted, c
+    assert c.message == "shares GPU n0/1 with a; GPU n0/0 with a (parked)", c

@@ -148,12 +148,37 @@ def place_gang(
     return Admission(request.job, True, tuple(placements)), trial
 
 
+def sharing_note(snapshot: ClusterSnapshot, job: str, placements: Iterable[PodPlacement]) -> str:
+    """Which GPUs ``job``'s placed pods share, and with which jobs, for its
+    ``Admitted`` message: 'shares GPUs n1/0, n1/1 with ns/a' ('' if none).
+    A resident whose memory is parked beside it is named so."""
+    gpus_by_job: dict[str, set[tuple[str, int]]] = {}
+    for placement in placements:
+        residents = snapshot.on_node(placement.node)
+        for gpu in placement.gpus:
+            for w in residents:
+                if w.job != job and gpu in w.gpu_indices:
+                    who = (w.job or w.name) + (" (parked)" if w.suspended else "")
+                    gpus_by_job.setdefault(who, set()).add((placement.node, gpu))
+    parts = [
+        f"GPU{'s' if len(where) > 1 else ''} "
+        f"{', '.join(f'{node}/{gpu}' for node, gpu in sorted(where))} with {who}"
+        for who, where in sorted(gpus_by_job.items())
+    ]
+    return "shares " + "; ".join(parts) if parts else ""
+
+
 def admit(
     snapshot: ClusterSnapshot, requests: Iterable[GangRequest], policy: PlacementPolicy
 ) -> tuple[Admission, ...]:
-    """Decide the whole queue against one snapshot, in queue order."""
+    """Decide the whole queue against one snapshot, in queue order; an admitted
+    job's message says which GPUs it shares (``sharing_note``)."""
     decisions = []
     for request in queue_order(requests):
-        decision, snapshot = place_gang(snapshot, request, policy)
+        decision, after = place_gang(snapshot, request, policy)
+        if decision.admitted:
+            note = sharing_note(snapshot, request.job, decision.placements)
+            decision = replace(decision, message=note)
         decisions.append(decision)
+        snapshot = after
     return tuple(decisions)
