@@ -111,10 +111,14 @@ class Runtime:
                 self._active += 1
         token, previous = self._open_block(parsed)
         if gated:
-            self._enter_through_gate(parsed)
-            with self._cv:
-                self._cv.wait_for(self._may_run)  # a suspend may have come meanwhile
-                self._active += 1
+            try:
+                self._enter_through_gate(parsed)
+                with self._cv:
+                    self._cv.wait_for(self._may_run)  # a suspend may have come meanwhile
+                    self._active += 1
+            except BaseException:  # interrupted before the block: it never opened
+                self._close_block(token)
+                raise
         try:
             if previous is not parsed and not gated:
                 self.link.notify(proto.OP_PHASE, phase=parsed.value)

@@ -216,3 +216,22 @@ def test_with_blocks_open_in_two_threads_the_newest_still_open_is_the_phase(
     finally:
         rollout_out.set()
         worker.join(10)
+
+
+def test_a_wait_at_the_gate_that_is_interrupted_opens_no_block(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Interrupted(BaseException):  # as KeyboardInterrupt would, past every handler
+        pass
+
+    def interrupted(phase: Phase) -> None:
+        raise Interrupted
+
+    with harness.rt.phase("rollout"):
+        monkeypatch.setattr(harness.rt, "gate_wait_s", 5.0)
+        monkeypatch.setattr(harness.rt, "_enter_through_gate", interrupted)
+        with pytest.raises(Interrupted), harness.rt.phase("training"):
+            pass
+        assert harness.rt.phase_now is Phase.ROLLOUT  # still only the rollout block
+        monkeypatch.setattr(harness.rt, "gate_wait_s", None)
+    assert harness.rt.phase_now is None
