@@ -60,6 +60,9 @@ def test_targets_say_met_out_of_reach_or_open(bench: ModuleType) -> None:
     assert bench.target_status(False, True, True).startswith("out of reach for every scheduler")
     assert bench.target_status(False, True, False).startswith("out of reach under the model")
     assert bench.target_status(False, False, False) == "not met; no bound rules it out"
+    # Beyond the pairs estimate but within the lend one: only tail lending could reach it.
+    assert "only tail lending" in bench.target_status(False, True, False, lend_beyond=False)
+    assert "each alone" in bench.target_status(False, True, False, lend_beyond=True)
     runs = bench.Runs()
     for seed in (0, 1, 2):
         mix = mix_of(spec("t/a", 0), spec("t/b", 1, arrival=float(seed)))
@@ -70,14 +73,16 @@ def test_targets_say_met_out_of_reach_or_open(bench: ModuleType) -> None:
     rows = bench.targets(runs).splitlines()[2:]
     assert [r.split(" | ")[0] for r in rows] == [f"| {t.label}" for t in bench.TARGETS]
     # Two 8-GPU jobs on one 8-GPU node (the cluster components' rules: memory
-    # fit only, so they share and slow each other): the pair estimate rules out
-    # capacity, throughput and stretch; for mean JCT even the bound that holds
-    # for every scheduler (one job's wait at least) is above 0.7x gang-binpack's.
+    # fit only, so they share and slow each other): the pair and lend estimates
+    # rule out capacity, throughput and stretch (their tails lend too little);
+    # for mean JCT even the bound that holds for every scheduler (one job's
+    # wait at least) is above 0.7x gang-binpack's.
     status = [r.split(" | ")[-1].rstrip(" |") for r in rows]
     assert status == [
-        "out of reach under the model (pairs estimate)",
-        "out of reach under the model (pairs estimate)",
+        "out of reach under the model (pairs and lend estimates, each alone)",
+        "out of reach under the model (pairs and lend estimates, each alone)",
         "out of reach for every scheduler (proved bound)",
-        "out of reach under the model (pairs estimate)",
+        "out of reach under the model (pairs and lend estimates, each alone)",
     ]
+    assert bench.targets(runs).splitlines()[0].split(" | ")[3:5] == ["pairs", "lend"]
     assert bench.targets(bench.Runs()) == ""

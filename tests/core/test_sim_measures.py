@@ -155,3 +155,58 @@ def test_open_arrivals_stay_within_the_queueing_bounds(interference: Interferenc
         if not scheduler.policy.shares_gpus:
             assert result.jct_mean_s >= limit.exclusive_jct_mean_s * (1 - 1e-9)
         assert result.jct_mean_s >= limit.sharing_jct_mean_s * (1 - 1e-9)
+
+
+def test_a_tail_lends_the_replicas_its_active_sequences_do_not_need() -> None:
+    from array import array
+
+    from rlix.core.sim.workload import Timeline
+
+    def one(tail_s: float, demand: float) -> Timeline:
+        # bulk, tail, scoring, training, weight sync
+        return Timeline.build(
+            array("d", [10.0, tail_s, 5.0, 5.0, 1.0]),
+            array("d", [1.0, demand, 1.0, 1.0, 1.0]),
+            array("d", [1.0, 1.0, 1.0, 1.0, 1.0]),
+        )
+
+    # A quarter of the batch active on 4 replicas: one replica carries it, 3 GPUs lend.
+    assert one(20.0, 0.25).lendable_gpu_s(4, 4, 1.0) == pytest.approx(20 * 4 * 0.75)
+    # Never fewer than one replica, never more than all of them.
+    assert one(20.0, 0.05).lendable_gpu_s(4, 4, 1.0) == pytest.approx(20 * 4 * 0.75)
+    assert one(20.0, 1.0).lendable_gpu_s(4, 4, 1.0) == 0.0
+    # Tool waits: demand counts working sequences; those waiting on a tool keep their KV.
+    assert one(20.0, 0.25).lendable_gpu_s(4, 4, 0.5) == pytest.approx(20 * 4 * 0.5)
+    # Two GPUs per replica (tensor parallel): half the replicas, half the pool lends.
+    assert one(20.0, 0.5).lendable_gpu_s(8, 4, 1.0) == pytest.approx(20 * 8 * 0.5)
+    assert one(20.0, 0.25).lendable_gpu_s(1, 1, 1.0) == 0.0  # one replica lends nothing
+    iterations = Timeline.build(
+        array("d", [10.0, 20.0, 5.0, 5.0, 1.0] * 3),
+        array("d", [1.0, 0.25, 1.0, 1.0, 1.0] * 3),
+        array("d", [1.0] * 15),
+    )
+    assert iterations.lendable_gpu_s(4, 4, 1.0) == pytest.approx(3 * 20 * 4 * 0.75)
+
+
+def test_the_lend_estimates_sit_between_exclusive_and_sharing() -> None:
+    from dataclasses import replace
+
+    mix = closed_batch(make_mix("small-lab", seed=1, jobs=20))
+    result = simulate(mix, gang_binpack())
+    limit = bounds(result, MEASURED_H200)
+    assert result.lendable_gpu_s == pytest.approx(sum(result.lendable_s))
+    assert 0 < result.lendable_gpu_s < result.progress_gpu_s
+    held = result.progress_gpu_s + result.load_gpu_s
+    assert limit.lend_capacity == pytest.approx(
+        result.progress_gpu_s / (held - result.lendable_gpu_s)
+    )
+    assert limit.exclusive_capacity < limit.lend_capacity
+    assert limit.exclusive_closed_per_h <= limit.lend_closed_per_h
+    assert limit.jct_mean_s <= limit.lend_jct_mean_s <= limit.exclusive_jct_mean_s
+    assert 1.0 <= limit.lend_top_stretch <= limit.exclusive_top_stretch
+    # Nothing to lend: the estimates are the exclusive bounds.
+    none = replace(result, lendable_s=(0.0,) * len(result.lendable_s), lendable_gpu_s=0.0)
+    flat = bounds(none, MEASURED_H200)
+    assert flat.lend_capacity == pytest.approx(flat.exclusive_capacity)
+    assert flat.lend_closed_per_h == pytest.approx(flat.exclusive_closed_per_h)
+    assert flat.lend_top_stretch == pytest.approx(flat.exclusive_top_stretch, rel=1e-6)

@@ -97,6 +97,10 @@ class SimResult:
     empty_idle_gpu_s: float = 0.0  # GPU-seconds empty with nothing waiting
     max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
     pool_idle_gpu_s: float = 0.0  # disaggregated pools idle while the other pool works
+    # What the rollout tails could lend at best (``Timeline.lendable_gpu_s``):
+    # per completed job, aligned with jct_s, and over every job.
+    lendable_s: tuple[float, ...] = ()
+    lendable_gpu_s: float = 0.0
 
     @property
     def capacity(self) -> float:
@@ -177,6 +181,8 @@ class Recorder:
     last_t: float = 0.0
     alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
     net_by_job: dict[int, float] = field(default_factory=dict)  # the bound's W, per job
+    lendable_gpu_s: float = 0.0
+    lend_by_job: dict[int, float] = field(default_factory=dict)  # tail lending, per job
 
     def account(self, t: float, waiting: bool) -> None:
         """Integrate held and empty GPUs over [last event, t] (constant in between)."""
@@ -205,6 +211,12 @@ class Recorder:
             net = run.timeline.busy_gpu_s(skip_network=True) * g
         self.net_work_gpu_s += net
         self.net_by_job[run.id] = net
+        profile = run.profile
+        lend = run.timeline.lendable_gpu_s(
+            profile.rollout_gpus, profile.replicas, 1.0 - run.spec.env_wait
+        )
+        self.lendable_gpu_s += lend
+        self.lend_by_job[run.id] = lend
         alone = run.timeline.total_s
         self.progress_gpu_s += alone * g
         self.load_gpu_s += run.profile.first_load_s * g
@@ -320,6 +332,8 @@ class Recorder:
             empty_idle_gpu_s=self.empty_idle_gpu_s,
             max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
             pool_idle_gpu_s=self.pool_idle_gpu_s,
+            lendable_s=tuple(self.lend_by_job[r.id] for r in ended),
+            lendable_gpu_s=self.lendable_gpu_s,
         )
 
 
@@ -379,6 +393,12 @@ class Bounds:
     exclusive_top_stretch: float = 1.0
     pair_top_stretch: float = 1.0
     sharing_top_stretch: float = 1.0
+    # Estimates for exclusive GPUs whose rollout tails are lent at best
+    # (``Timeline.lendable_gpu_s``; ``lend_bounds``).
+    lend_capacity: float = 0.0
+    lend_closed_per_h: float = 0.0
+    lend_jct_mean_s: float = 0.0
+    lend_top_stretch: float = 1.0
 
 
 def sharing_kappa(interference: Interference, max_residents: int) -> float:
@@ -544,6 +564,32 @@ def flow_bounds(result: SimResult, kappa: float, pair: float) -> FlowBounds:
     return FlowBounds(three(False), three(True))
 
 
+def lend_flow_bounds(result: SimResult) -> tuple[float, float]:
+    """(mean JCT, top-class stretch): the exclusive flow-time relaxation with
+    each job's held GPU-time less what its rollout tails could lend
+    (``lendable_s``), as if a borrower took every such GPU-second at no cost.
+    An estimate from above for exclusive schedulers that lend tails, not a
+    proof: the lent seconds are a best case (``Timeline.lendable_gpu_s``)."""
+    g = max(result.gpus, 1)
+    top = max(result.priorities, default=0)
+    rows = list(
+        zip(result.arrivals_s, result.alone_s, result.job_gpus, result.lendable_s,
+            result.priorities, strict=True)
+    )  # fmt: skip
+
+    def solve(weighted: bool) -> float:
+        chosen = [r for r in rows if r[4] == top] if weighted else rows
+        if not chosen:
+            return 1.0 if weighted else 0.0
+        jobs = [
+            FlowJob(a, max(n * s - lent, 1e-9), n, s, 1.0 / s if weighted else 1.0)
+            for a, s, n, lent, _ in chosen
+        ]
+        return max(1.0 if weighted else 0.0, min_weighted_flow_s(jobs, g) / len(chosen))
+
+    return solve(False), solve(True)
+
+
 def bounds(
     result: SimResult,
     interference: Interference,
@@ -565,7 +611,9 @@ def bounds(
     ``arrivals`` (the same jobs under their arrivals; default ``result``
     itself), and the top class's stretch from ``flow_bounds``. Pairs: the
     estimates at ``pair`` GPUs of progress per held GPU (``pairing.pairing_factor``);
-    ``ceiling`` (default ``pair``) is only reported.
+    ``ceiling`` (default ``pair``) is only reported. Lend: the exclusive
+    bounds with held GPU-time less what the rollout tails could lend at best
+    (``lendable_gpu_s``; an estimate, ``lend_flow_bounds``).
     """
     kappa = sharing_kappa(interference, result.max_residents)
     timed = arrivals or result
@@ -578,6 +626,8 @@ def bounds(
     g = max(result.gpus, 1)
     exclusive_held = result.progress_gpu_s + result.load_gpu_s
     shared_held = result.net_work_gpu_s / kappa
+    lent_held = exclusive_held - result.lendable_gpu_s
+    lend_jct, lend_stretch = lend_flow_bounds(timed)
 
     def per_h(makespan: float) -> float:
         return result.jobs * 3600 / makespan if makespan > 0 else 0.0
@@ -600,4 +650,10 @@ def bounds(
         exclusive_top_stretch=flow.top_stretch[0],
         pair_top_stretch=flow.top_stretch[1],
         sharing_top_stretch=flow.top_stretch[2],
+        lend_capacity=result.progress_gpu_s / lent_held if lent_held > 0 else 0.0,
+        lend_closed_per_h=per_h(max(lent_held / g, longest)),
+        lend_jct_mean_s=max(lend_jct, sum(timed.alone_s) / len(timed.alone_s))
+        if timed.alone_s
+        else 0.0,
+        lend_top_stretch=lend_stretch,
     )

@@ -661,5 +661,21 @@ class Timeline:
             d * (total - gpus[i % SEGMENTS_PER_ITERATION]) for i, d in enumerate(self.durations)
         )
 
+    def lendable_gpu_s(self, rollout_gpus: int, replicas: int, keep: float) -> float:
+        """GPU-seconds the rollout tails could lend at best (docs/simulator.md,
+        "Tail lending"): in each iteration's tail, the rollout GPUs beyond the
+        replicas its still-active sequences need (their share of the batch,
+        ``demand / keep``, at least one replica), if the tail moved onto those
+        for free and at once. An estimate from above: migrating a sequence's
+        KV cache costs copies, a fuller replica steps slower, and replicas come
+        in whole numbers."""
+        if rollout_gpus <= 0 or replicas <= 0 or keep <= 0:
+            return 0.0
+        least = 1.0 / replicas
+        return sum(
+            self.durations[i] * rollout_gpus * (1.0 - max(least, min(1.0, self.demands[i] / keep)))
+            for i in range(TAIL_SEGMENT, len(self.durations), SEGMENTS_PER_ITERATION)
+        )
+
     def iteration_start(self, iteration: int) -> float:
         return self.ends[iteration * SEGMENTS_PER_ITERATION - 1] if iteration > 0 else 0.0
