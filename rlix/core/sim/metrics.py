@@ -521,6 +521,14 @@ class FlowBounds:
 
     jct_mean_s: tuple[float, float, float]
     top_stretch: tuple[float, float, float]
+    # Lend (an estimate): the exclusive version with each job's held GPU-time
+    # less what its rollout tails could lend (``lendable_s``).
+    lend_jct_mean_s: float = 0.0
+    lend_top_stretch: float = 1.0
+
+
+# (arrival, alone with first load, GPUs, net work, priority, lendable GPU-s) per job.
+_FlowRow = tuple[float, float, int, float, int, float]
 
 
 def flow_bounds(result: SimResult, kappa: float, pair: float) -> FlowBounds:
@@ -532,62 +540,51 @@ def flow_bounds(result: SimResult, kappa: float, pair: float) -> FlowBounds:
     ``pair_ceiling`` is): the same jobs at ``pair`` x G. Sharing: job j needs
     its net work W_j, at most its GPUs of it per second (demand <= 1 per GPU,
     rate <= 1), never sooner than its alone length, and a held GPU delivers at
-    most ``kappa`` per second (``sharing_kappa``). Stretch: the top class alone
-    (dropping the others only frees capacity), each weighted by 1 / its length.
+    most ``kappa`` per second (``sharing_kappa``). Lend (an estimate from
+    above for exclusive schedulers that lend rollout tails, not a proof): the
+    exclusive version with job j's held GPU-time less ``lendable_s[j]``, as if
+    a borrower took every such GPU-second at no cost. Stretch: the top class
+    alone (dropping the others only frees capacity), each weighted by 1 / its
+    length.
     """
     g = max(result.gpus, 1)
     top = max(result.priorities, default=0)
+    lendable = result.lendable_s or (0.0,) * len(result.alone_s)
     rows = list(
         zip(result.arrivals_s, result.alone_s, result.job_gpus, result.net_work_s,
-            result.priorities, strict=True)
+            result.priorities, lendable, strict=True)
     )  # fmt: skip
 
-    def held(weighted: bool, rows_: list[tuple[float, float, int, float, int]]) -> list[FlowJob]:
-        return [FlowJob(a, n * s, n, s, 1.0 / s if weighted else 1.0) for a, s, n, _, _ in rows_]
-
-    def net(weighted: bool, rows_: list[tuple[float, float, int, float, int]]) -> list[FlowJob]:
+    def held(weighted: bool, rows_: list[_FlowRow], lent: bool = False) -> list[FlowJob]:
         return [
-            FlowJob(a, w, n, s, 1.0 / s if weighted else 1.0) for a, s, n, w, _ in rows_ if w > 0
+            FlowJob(a, max(n * s - (f if lent else 0.0), 1e-9), n, s, 1.0 / s if weighted else 1.0)
+            for a, s, n, _, _, f in rows_
         ]
 
-    def three(weighted: bool) -> tuple[float, float, float]:
+    def net(weighted: bool, rows_: list[_FlowRow]) -> list[FlowJob]:
+        return [
+            FlowJob(a, w, n, s, 1.0 / s if weighted else 1.0) for a, s, n, w, _, _ in rows_ if w > 0
+        ]
+
+    def four(weighted: bool) -> tuple[float, float, float, float]:
         chosen = [r for r in rows if r[4] == top] if weighted else rows
+        floor = 1.0 if weighted else 0.0
         if not chosen:
-            return (1.0, 1.0, 1.0) if weighted else (0.0, 0.0, 0.0)
+            return (floor,) * 4
         exclusive = min_weighted_flow_s(held(weighted, chosen), g)
         paired = min_weighted_flow_s(held(weighted, chosen), g * pair) if pair > 1 else exclusive
         shared = min_weighted_flow_s(net(weighted, chosen), g * kappa)
-        floor = 1.0 if weighted else 0.0
+        lent = min_weighted_flow_s(held(weighted, chosen, lent=True), g)
         n = len(chosen)
-        return (max(floor, exclusive / n), max(floor, paired / n), max(floor, shared / n))
+        return (
+            max(floor, exclusive / n),
+            max(floor, paired / n),
+            max(floor, shared / n),
+            max(floor, lent / n),
+        )
 
-    return FlowBounds(three(False), three(True))
-
-
-def lend_flow_bounds(result: SimResult) -> tuple[float, float]:
-    """(mean JCT, top-class stretch): the exclusive flow-time relaxation with
-    each job's held GPU-time less what its rollout tails could lend
-    (``lendable_s``), as if a borrower took every such GPU-second at no cost.
-    An estimate from above for exclusive schedulers that lend tails, not a
-    proof: the lent seconds are a best case (``Timeline.lendable_gpu_s``)."""
-    g = max(result.gpus, 1)
-    top = max(result.priorities, default=0)
-    rows = list(
-        zip(result.arrivals_s, result.alone_s, result.job_gpus, result.lendable_s,
-            result.priorities, strict=True)
-    )  # fmt: skip
-
-    def solve(weighted: bool) -> float:
-        chosen = [r for r in rows if r[4] == top] if weighted else rows
-        if not chosen:
-            return 1.0 if weighted else 0.0
-        jobs = [
-            FlowJob(a, max(n * s - lent, 1e-9), n, s, 1.0 / s if weighted else 1.0)
-            for a, s, n, lent, _ in chosen
-        ]
-        return max(1.0 if weighted else 0.0, min_weighted_flow_s(jobs, g) / len(chosen))
-
-    return solve(False), solve(True)
+    jct, stretch = four(False), four(True)
+    return FlowBounds(jct[:3], stretch[:3], jct[3], stretch[3])
 
 
 def bounds(
@@ -613,7 +610,7 @@ def bounds(
     estimates at ``pair`` GPUs of progress per held GPU (``pairing.pairing_factor``);
     ``ceiling`` (default ``pair``) is only reported. Lend: the exclusive
     bounds with held GPU-time less what the rollout tails could lend at best
-    (``lendable_gpu_s``; an estimate, ``lend_flow_bounds``).
+    (``lendable_gpu_s``; an estimate, ``flow_bounds``'s fourth version).
     """
     kappa = sharing_kappa(interference, result.max_residents)
     timed = arrivals or result
@@ -627,7 +624,7 @@ def bounds(
     exclusive_held = result.progress_gpu_s + result.load_gpu_s
     shared_held = result.net_work_gpu_s / kappa
     lent_held = exclusive_held - result.lendable_gpu_s
-    lend_jct, lend_stretch = lend_flow_bounds(timed)
+    jct_any = sum(timed.alone_s) / len(timed.alone_s) if timed.alone_s else 0.0
 
     def per_h(makespan: float) -> float:
         return result.jobs * 3600 / makespan if makespan > 0 else 0.0
@@ -652,8 +649,6 @@ def bounds(
         sharing_top_stretch=flow.top_stretch[2],
         lend_capacity=result.progress_gpu_s / lent_held if lent_held > 0 else 0.0,
         lend_closed_per_h=per_h(max(lent_held / g, longest)),
-        lend_jct_mean_s=max(lend_jct, sum(timed.alone_s) / len(timed.alone_s))
-        if timed.alone_s
-        else 0.0,
-        lend_top_stretch=lend_stretch,
+        lend_jct_mean_s=max(flow.lend_jct_mean_s, jct_any),
+        lend_top_stretch=flow.lend_top_stretch,
     )
