@@ -394,7 +394,7 @@ class Bounds:
     pair_top_stretch: float = 1.0
     sharing_top_stretch: float = 1.0
     # Estimates for exclusive GPUs whose rollout tails are lent at best
-    # (``Timeline.lendable_gpu_s``; ``lend_bounds``).
+    # (``Timeline.lendable_gpu_s``; ``bounds`` and ``flow_bounds``).
     lend_capacity: float = 0.0
     lend_closed_per_h: float = 0.0
     lend_jct_mean_s: float = 0.0
