@@ -157,35 +157,53 @@ def test_open_arrivals_stay_within_the_queueing_bounds(interference: Interferenc
         assert result.jct_mean_s >= limit.sharing_jct_mean_s * (1 - 1e-9)
 
 
-def test_a_tail_lends_the_replicas_its_active_sequences_do_not_need() -> None:
+def test_a_tail_lends_what_the_share_says_of_its_rollout_gpus() -> None:
     from array import array
 
     from rlix.core.sim.workload import Timeline
 
-    def one(tail_s: float, demand: float) -> Timeline:
-        # bulk, tail, scoring, training, weight sync
-        return Timeline.build(
-            array("d", [10.0, tail_s, 5.0, 5.0, 1.0]),
-            array("d", [1.0, demand, 1.0, 1.0, 1.0]),
-            array("d", [1.0, 1.0, 1.0, 1.0, 1.0]),
-        )
-
-    # A quarter of the batch active on 4 replicas: one replica carries it, 3 GPUs lend.
-    assert one(20.0, 0.25).lendable_gpu_s(4, 4, 1.0) == pytest.approx(20 * 4 * 0.75)
-    # Never fewer than one replica, never more than all of them.
-    assert one(20.0, 0.05).lendable_gpu_s(4, 4, 1.0) == pytest.approx(20 * 4 * 0.75)
-    assert one(20.0, 1.0).lendable_gpu_s(4, 4, 1.0) == 0.0
-    # Tool waits: demand counts working sequences; those waiting on a tool keep their KV.
-    assert one(20.0, 0.25).lendable_gpu_s(4, 4, 0.5) == pytest.approx(20 * 4 * 0.5)
-    # Two GPUs per replica (tensor parallel): half the replicas, half the pool lends.
-    assert one(20.0, 0.5).lendable_gpu_s(8, 4, 1.0) == pytest.approx(20 * 8 * 0.5)
-    assert one(20.0, 0.25).lendable_gpu_s(1, 1, 1.0) == 0.0  # one replica lends nothing
-    iterations = Timeline.build(
+    # Three iterations of bulk, tail, scoring, training, weight sync: only tails count.
+    timeline = Timeline.build(
         array("d", [10.0, 20.0, 5.0, 5.0, 1.0] * 3),
         array("d", [1.0, 0.25, 1.0, 1.0, 1.0] * 3),
         array("d", [1.0] * 15),
     )
-    assert iterations.lendable_gpu_s(4, 4, 1.0) == pytest.approx(3 * 20 * 4 * 0.75)
+    seen: list[float] = []
+
+    def share(demand: float) -> float:
+        seen.append(demand)
+        return 0.5
+
+    assert timeline.lendable_gpu_s(4, share) == pytest.approx(3 * 20 * 4 * 0.5)
+    assert seen == [0.25, 0.25, 0.25]
+    assert timeline.lendable_gpu_s(0, share) == 0.0
+
+
+def test_a_consolidated_tail_frees_only_the_weight_reads_of_the_replicas_it_leaves() -> None:
+    from dataclasses import replace
+
+    from rlix.core.sim.workload import WEIGHT_BYTES_PER_PARAM, profile_for
+
+    job = spec("t/lend", 0, gpus=8)
+    p = profile_for(job)
+    assert p.replicas == 8 and p.size.rollout_tp == 1
+    d = 0.05  # a twentieth of the batch still decoding: one replica of eight holds it
+    longest = p.bulk_tokens + p.tail_excess_tokens / d
+    context = job.prompt_tokens + (p.bulk_tokens + longest) / 2
+    weights = p.size.params * WEIGHT_BYTES_PER_PARAM
+    kv = d * p.batch_per_replica * context * p.size.kv_bytes_per_token
+    assert p.tail_lend_share(d) == pytest.approx((1 - 1 / 8) * weights / (weights + kv))
+    # Slower steps on the kept replica: it frees less than the GPUs it leaves.
+    assert 0 < p.tail_lend_share(d) < 1 - 1 / 8
+    # More of the batch working: more replicas kept, less freed; all of it: nothing.
+    assert p.tail_lend_share(0.5) < p.tail_lend_share(d)
+    assert p.tail_lend_share(1.0) == 0.0
+    assert p.tail_lend_share(0.0) == 0.0
+    # Tool waits: the demand counts working time, the sequences waiting keep their KV.
+    waits = profile_for(replace(job, env_wait=0.5))
+    assert waits.tail_lend_share(d * 0.5) == pytest.approx(p.tail_lend_share(d))
+    # One replica (tensor parallel over the whole pool) lends nothing.
+    assert profile_for(spec("t/one", 1, gpus=1)).tail_lend_share(d) == 0.0
 
 
 def test_the_lend_estimates_sit_between_exclusive_and_sharing() -> None:

@@ -212,9 +212,7 @@ class Recorder:
         self.net_work_gpu_s += net
         self.net_by_job[run.id] = net
         profile = run.profile
-        lend = run.timeline.lendable_gpu_s(
-            profile.rollout_gpus, profile.replicas, 1.0 - run.spec.env_wait
-        )
+        lend = run.timeline.lendable_gpu_s(profile.rollout_gpus, profile.tail_lend_share)
         self.lendable_gpu_s += lend
         self.lend_by_job[run.id] = lend
         alone = run.timeline.total_s

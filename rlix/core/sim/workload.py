@@ -30,6 +30,7 @@ import bisect
 import math
 import random
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from statistics import NormalDist
@@ -499,6 +500,39 @@ class JobProfile:
         tail_s = (longest - q) * tail_step * stretch
         return bulk_s, self.bulk_demand * keep, tail_s, tail_demand * keep
 
+    def tail_lend_share(self, demand: float) -> float:
+        """The part of a tail's rollout GPU-seconds that moving it onto fewer
+        replicas frees, net of the kept replicas' slower steps (docs/simulator.md,
+        "Tail lending"); ``demand`` is the tail segment's (as ``timeline`` sets it).
+
+        A share ``d`` of the sequences still works (``demand`` over the time not
+        spent on tools); at R replicas a step reads each replica's weights and
+        the working sequences' KV, and their longest response follows from ``d``
+        as in ``rollout_segments``. Moved onto a share k of the replicas (at
+        least one, at least ``d``, and enough KV budget for the moved cache), the
+        tail needs k x its steps of weight reads but the same KV reads, which
+        now fall on fewer GPUs, so their steps are slower and the tail longer:
+        the GPU-seconds freed are (1 - k) of the weight reads only. Best case
+        otherwise: the move is free and k shrinks as the tail empties.
+        """
+        keep = 1.0 - self.spec.env_wait
+        if keep <= 0 or demand <= 0:
+            return 0.0
+        d = min(1.0, demand / keep)
+        q, prompt = self.bulk_tokens, self.spec.prompt_tokens
+        longest = min(q + self.tail_excess_tokens / d, float(self.spec.max_response))
+        context = prompt + (q + longest) / 2
+        tp = self.size.rollout_tp
+        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / tp
+        full_kv = self.batch_per_replica * context * self.size.kv_bytes_per_token / tp
+        kept = max(1.0 / self.replicas, d)
+        if self.kv_budget_bytes > 0:
+            kept = max(kept, d * full_kv / self.kv_budget_bytes)
+        if kept >= 1.0:
+            return 0.0
+        kv = min(d * full_kv, self.kv_budget_bytes)
+        return (1.0 - kept) * weights / (weights + kv)
+
     @cached_property
     def _expected_segments(self) -> tuple[tuple[Phase, float, float], ...]:
         """(phase, expected alone seconds, duration-weighted pressure) per segment,
@@ -661,19 +695,15 @@ class Timeline:
             d * (total - gpus[i % SEGMENTS_PER_ITERATION]) for i, d in enumerate(self.durations)
         )
 
-    def lendable_gpu_s(self, rollout_gpus: int, replicas: int, keep: float) -> float:
+    def lendable_gpu_s(self, rollout_gpus: int, share: Callable[[float], float]) -> float:
         """GPU-seconds the rollout tails could lend at best (docs/simulator.md,
-        "Tail lending"): in each iteration's tail, the rollout GPUs beyond the
-        replicas its still-active sequences need (their share of the batch,
-        ``demand / keep``, at least one replica), if the tail moved onto those
-        for free and at once. An estimate from above: migrating a sequence's
-        KV cache costs copies, a fuller replica steps slower, and replicas come
-        in whole numbers."""
-        if rollout_gpus <= 0 or replicas <= 0 or keep <= 0:
+        "Tail lending"): each iteration's tail times its rollout GPUs times
+        ``share(demand)``, the part of them a consolidated tail frees
+        (``JobProfile.tail_lend_share``)."""
+        if rollout_gpus <= 0:
             return 0.0
-        least = 1.0 / replicas
         return sum(
-            self.durations[i] * rollout_gpus * (1.0 - max(least, min(1.0, self.demands[i] / keep)))
+            self.durations[i] * rollout_gpus * share(self.demands[i])
             for i in range(TAIL_SEGMENT, len(self.durations), SEGMENTS_PER_ITERATION)
         )
 
