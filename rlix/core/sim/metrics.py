@@ -181,7 +181,6 @@ class Recorder:
     last_t: float = 0.0
     alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
     net_by_job: dict[int, float] = field(default_factory=dict)  # the bound's W, per job
-    lendable_gpu_s: float = 0.0
     lend_by_job: dict[int, float] = field(default_factory=dict)  # tail lending, per job
 
     def account(self, t: float, waiting: bool) -> None:
@@ -212,9 +211,9 @@ class Recorder:
         self.net_work_gpu_s += net
         self.net_by_job[run.id] = net
         profile = run.profile
-        lend = run.timeline.lendable_gpu_s(profile.rollout_gpus, profile.tail_lend_share)
-        self.lendable_gpu_s += lend
-        self.lend_by_job[run.id] = lend
+        self.lend_by_job[run.id] = run.timeline.lendable_gpu_s(
+            profile.rollout_gpus, profile.tail_lend_share
+        )
         alone = run.timeline.total_s
         self.progress_gpu_s += alone * g
         self.load_gpu_s += run.profile.first_load_s * g
@@ -331,7 +330,7 @@ class Recorder:
             max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
             pool_idle_gpu_s=self.pool_idle_gpu_s,
             lendable_s=tuple(self.lend_by_job[r.id] for r in ended),
-            lendable_gpu_s=self.lendable_gpu_s,
+            lendable_gpu_s=sum(self.lend_by_job.values()),
         )
 
 

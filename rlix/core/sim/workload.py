@@ -512,8 +512,9 @@ class JobProfile:
         least one, at least ``d``, and enough KV budget for the moved cache), the
         tail needs k x its steps of weight reads but the same KV reads, which
         now fall on fewer GPUs, so their steps are slower and the tail longer:
-        the GPU-seconds freed are (1 - k) of the weight reads only. Best case
-        otherwise: the move is free and k shrinks as the tail empties.
+        the GPU-seconds freed are (1 - k) of the weight reads only, the share of
+        a step at ``d`` that ``decode_step_s`` at no working sequence takes.
+        Best case otherwise: the move is free and k shrinks as the tail empties.
         """
         keep = 1.0 - self.spec.env_wait
         if keep <= 0 or demand <= 0:
@@ -522,16 +523,13 @@ class JobProfile:
         q, prompt = self.bulk_tokens, self.spec.prompt_tokens
         longest = min(q + self.tail_excess_tokens / d, float(self.spec.max_response))
         context = prompt + (q + longest) / 2
-        tp = self.size.rollout_tp
-        weights = self.size.params * WEIGHT_BYTES_PER_PARAM / tp
-        full_kv = self.batch_per_replica * context * self.size.kv_bytes_per_token / tp
         kept = max(1.0 / self.replicas, d)
-        if self.kv_budget_bytes > 0:
-            kept = max(kept, d * full_kv / self.kv_budget_bytes)
+        if self.kv_budget_bytes > 0:  # the moved cache must fit the kept replicas
+            full_kv = self.batch_per_replica * context * self.size.kv_bytes_per_token
+            kept = max(kept, d * full_kv / self.size.rollout_tp / self.kv_budget_bytes)
         if kept >= 1.0:
             return 0.0
-        kv = min(d * full_kv, self.kv_budget_bytes)
-        return (1.0 - kept) * weights / (weights + kv)
+        return (1.0 - kept) * self.decode_step_s(0.0, context) / self.decode_step_s(d, context)
 
     @cached_property
     def _expected_segments(self) -> tuple[tuple[Phase, float, float], ...]:
