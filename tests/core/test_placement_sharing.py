@@ -351,6 +351,45 @@ def test_with_a_matrix_a_gang_s_next_pod_pairs_with_its_placed_pods_partner() ->
     assert scores["y"].score > scores["z"].score
 
 
+def test_with_a_matrix_a_pod_wider_than_any_aligned_set_takes_one_partner_and_empty_gpus() -> None:
+    # a on GPUs 0-1, GPUs 2-3 empty: a 4-GPU pod has no aligned set (all empty,
+    # or all beside one partner) but one partner on some of its GPUs is still
+    # one partner (docs/simulator.md, "Partial sets").
+    snap = (
+        cluster().with_nodes(node("n").gpus(4)).with_pods(_resident("a-0", "a", "n", 0, 1)).build()
+    )
+    load = node_load(snap.nodes["n"], snap.on_node("n"))
+    rules = SharingRules(ASSUMED_CELLS)
+    wide, narrow, three = (_trainer().gpus(n).build() for n in (4, 2, 3))
+    assert fit(load, wide, rules).ok
+    assert score_nodes(PlacementView(snap, rules=rules), wide, ["n"])["n"].gpus == (0, 1, 2, 3)
+    # The partner's GPUs first, so the pod leaves an empty GPU where it can.
+    assert score_nodes(PlacementView(snap, rules=rules), three, ["n"])["n"].gpus == (0, 1, 2)
+    # An aligned set wide enough wins: the empty GPUs.
+    assert score_nodes(PlacementView(snap, rules=rules), narrow, ["n"])["n"].gpus == (2, 3)
+    # Without a matrix rule 2 is as before: all empty or all one partner.
+    refused = fit(load, wide)
+    assert not refused.ok
+    assert "one partner job over all of a pod's GPUs" in refused.reason
+
+
+def test_with_a_matrix_a_pod_never_takes_two_partners() -> None:
+    # a on GPU 0, b on GPU 1, GPUs 2-3 empty: three GPUs hold a partner and the
+    # empties, never four (that would be two partners, each with its worst moment).
+    snap = (
+        cluster()
+        .with_nodes(node("n").gpus(4))
+        .with_pods(_resident("a-0", "a", "n", 0), _resident("b-0", "b", "n", 1))
+        .build()
+    )
+    load = node_load(snap.nodes["n"], snap.on_node("n"))
+    rules = SharingRules(ASSUMED_CELLS)
+    assert fit(load, _trainer().gpus(3).build(), rules).ok
+    refused = fit(load, _trainer().gpus(4).build(), rules)
+    assert not refused.ok
+    assert "at most 3 of them together (one partner job over a pod's shared GPUs" in refused.reason
+
+
 def test_declared_seconds_become_shares_at_full_pressure_and_idle_at_none() -> None:
     assert load_profile_of({}) == ((), 0.0)
     assert load_profile_of({Phase.IDLE: 0}) == ((), 0.0)

@@ -81,12 +81,13 @@ def fit(load: NodeLoad, pod: Workload, rules: SharingRules = DEFAULT_RULES) -> F
             return Fit(ok=True, candidates=tuple(load.gpus[p] for p in group))
     if len(candidates) >= pod.gpus:
         room = load.room_for(demand, pod, rules)
+        over = "all of a pod's GPUs" if rules.interference is None else "a pod's shared GPUs"
         return Fit(
             ok=False,
             reason=(
                 f"{len(candidates)} of {len(load.gpus)} GPUs have room for the pod, but the "
                 f"sharing rules let it take at most {room} of them together (one partner job "
-                f"over all of a pod's GPUs, at most {rules.max_jobs_per_gpu} jobs per GPU, "
+                f"over {over}, at most {rules.max_jobs_per_gpu} jobs per GPU, "
                 "partners of the same priority whose pair the interference model says gains)"
             ),
             candidates=candidates,

@@ -235,6 +235,10 @@ class NodeLoad:
         residents are the same jobs, among those that can hold ``demand_mib`` and that the
         rules let the pod join; the set of empty GPUs comes first. A pod's GPUs
         all come from one set: all empty, or all shared with the same partner.
+        With an interference matrix (rule 5 on) the *aligned* sets are followed
+        by one *partial* set per partner: its GPUs and the empty ones together,
+        for a pod wider than either (``scoring`` takes one only where no
+        aligned set is wide enough).
         """
         # The pod's job matters only where the node holds a pod of it (a job
         # never shares a GPU with itself); elsewhere pods of every job with the
@@ -252,6 +256,15 @@ class NodeLoad:
                 sets.setdefault(jobs, []).append(p)
             ordered = sorted(sets.items(), key=lambda kv: (bool(kv[0]), sorted(kv[0])))
             found = tuple(tuple(ps) for _, ps in ordered)
+            empty = sets.get(frozenset(), [])
+            if rules.interference is not None and empty:
+                # Rule 2 asks one partner per pod because a gang moves at its
+                # slowest GPU and different partners add up their worst
+                # moments; a partner on some of the pod's GPUs and nobody on
+                # the rest is still one partner. Without this, a pod as wide as
+                # a node waited for a whole node to empty (docs/simulator.md,
+                # "Partial sets"). Only with a matrix: rule 5 vouches for the pair.
+                found += tuple(tuple(ps + empty) for jobs, ps in ordered if jobs)
             self.memo.remember(self.memo.groups, key, found)
         return found
 

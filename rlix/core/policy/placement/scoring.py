@@ -37,6 +37,7 @@ to 10, and the total is rounded to the integer HostPriority the scheduler wants.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -238,6 +239,10 @@ def _shared_terms(
         return memo.terms[key]
     result: SharedTerms | None = None
     groups = [g for g in load.groups_for(demand, pod, rules) if len(g) >= gpus]
+    # A partial set (one partner on some GPUs, the rest empty; rule 5 on only)
+    # only where no aligned set is wide enough: ``NodeLoad.groups_for``.
+    aligned = [g for g in groups if len({running_jobs(load.gpus[p].residents) for p in g}) == 1]
+    groups = aligned or groups
     if groups:
         pairs = memo.pairs.get(phase)
         if pairs is None:
@@ -310,8 +315,19 @@ def _rule5_choice(
     for g in groups:
         if not running_jobs(load.gpus[g[0]].residents):
             return sorted(g, key=order)[:gpus], None
-    progress = {p: pair_progress(rules, pod, load.gpus[p].residents) for g in groups for p in g}
-    options = [sorted(g, key=lambda p: (-progress[p], *order(p)))[:gpus] for g in groups]
+    # An empty GPU of a partial set sets no pace (inf) and is taken last: the
+    # pod's pace is its partner's pair, wherever the rest of it sits.
+    progress = {
+        p: pair_progress(rules, pod, load.gpus[p].residents)
+        if running_jobs(load.gpus[p].residents)
+        else math.inf
+        for g in groups
+        for p in g
+    }
+    options = [
+        sorted(g, key=lambda p: (progress[p] == math.inf, -progress[p], *order(p)))[:gpus]
+        for g in groups
+    ]
     best = min(
         options,
         key=lambda o: (
