@@ -234,11 +234,8 @@ class NodeLoad:
         Each set holds the GPUs (positions into ``gpus``) whose running
         residents are the same jobs, among those that can hold ``demand_mib`` and that the
         rules let the pod join; the set of empty GPUs comes first. A pod's GPUs
-        all come from one set: all empty, or all shared with the same partner.
-        With an interference matrix (rule 5 on) the *aligned* sets are followed
-        by one *partial* set per partner: its GPUs and the empty ones together,
-        for a pod wider than either (``scoring`` takes one only where no
-        aligned set is wide enough).
+        all come from one set: all empty, or all shared with the same partner
+        (with a matrix, also ``partial_groups_for``).
         """
         # The pod's job matters only where the node holds a pod of it (a job
         # never shares a GPU with itself); elsewhere pods of every job with the
@@ -256,21 +253,37 @@ class NodeLoad:
                 sets.setdefault(jobs, []).append(p)
             ordered = sorted(sets.items(), key=lambda kv: (bool(kv[0]), sorted(kv[0])))
             found = tuple(tuple(ps) for _, ps in ordered)
-            empty = sets.get(frozenset(), [])
-            if rules.interference is not None and empty:
-                # Rule 2 asks one partner per pod because a gang moves at its
-                # slowest GPU and different partners add up their worst
-                # moments; a partner on some of the pod's GPUs and nobody on
-                # the rest is still one partner. Without this, a pod as wide as
-                # a node waited for a whole node to empty (docs/simulator.md,
-                # "Partial sets"). Only with a matrix: rule 5 vouches for the pair.
-                found += tuple(tuple(ps + empty) for jobs, ps in ordered if jobs)
             self.memo.remember(self.memo.groups, key, found)
         return found
 
+    def partial_groups_for(
+        self, demand_mib: int, pod: Workload, rules: SharingRules
+    ) -> tuple[tuple[int, ...], ...]:
+        """With an interference matrix, each partner's GPUs and the empty ones
+        together (a *partial* set), for a pod wider than every set of
+        ``groups_for``; none without one.
+
+        Rule 2 asks one partner per pod because a gang moves at its slowest GPU
+        and different partners add up their worst moments; a partner on some of
+        the pod's GPUs and nobody on the rest is still one partner. Without this
+        a pod as wide as a node waited for a whole node to empty
+        (docs/simulator.md, "Partial sets"). Only with a matrix: rule 5 vouches
+        for the pair there, and the cluster's default rules stay as they were.
+        """
+        if rules.interference is None:
+            return ()
+        groups = self.groups_for(demand_mib, pod, rules)
+        if not groups or running_jobs(self.gpus[groups[0][0]].residents):
+            return ()  # no empty GPU (the empty set, when there is one, comes first)
+        return tuple(g + groups[0] for g in groups[1:])
+
     def room_for(self, demand_mib: int, pod: Workload, rules: SharingRules) -> int:
         """The most GPUs ``pod`` could take here under the rules (its largest set)."""
-        return max((len(g) for g in self.groups_for(demand_mib, pod, rules)), default=0)
+        sets = (
+            *self.groups_for(demand_mib, pod, rules),
+            *self.partial_groups_for(demand_mib, pod, rules),
+        )
+        return max((len(g) for g in sets), default=0)
 
 
 def _capacities(node: Node) -> list[tuple[int, int, int]]:

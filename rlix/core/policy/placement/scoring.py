@@ -238,12 +238,11 @@ def _shared_terms(
     if key in memo.terms:
         return memo.terms[key]
     result: SharedTerms | None = None
-    groups = [g for g in load.groups_for(demand, pod, rules) if len(g) >= gpus]
-    if rules.interference is not None:
-        # A partial set (one partner on some GPUs, the rest empty; rule 5 on
-        # only) only where no aligned set is wide enough: ``NodeLoad.groups_for``.
-        aligned = [g for g in groups if len({running_jobs(load.gpus[p].residents) for p in g}) == 1]
-        groups = aligned or groups
+    # A partial set (one partner on some GPUs, the rest empty; with a matrix
+    # only) only where no aligned set is wide enough.
+    groups = [g for g in load.groups_for(demand, pod, rules) if len(g) >= gpus] or [
+        g for g in load.partial_groups_for(demand, pod, rules) if len(g) >= gpus
+    ]
     if groups:
         pairs = memo.pairs.get(phase)
         if pairs is None:
