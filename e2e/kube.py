@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -25,6 +26,18 @@ def apply(cluster: Kubectl, namespace: str, *objects: dict[str, Any]) -> None:
 
 def get_json(cluster: Kubectl, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def new_namespace(cluster: Kubectl) -> str:
+    """A fresh ``t-<hex>`` namespace, once its default ServiceAccount exists (a pod
+    created before the controller-manager makes it is refused)."""
+    ns = f"t-{uuid.uuid4().hex[:10]}"
+    cluster.kubectl("create", "namespace", ns)
+    wait_for(
+        f"the default ServiceAccount of {ns}",
+        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
+    )
+    return ns
 
 
 def rljob_status(cluster: Kubectl, namespace: str, name: str) -> dict[str, Any]:

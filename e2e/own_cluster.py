@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from e2e.kube import get_json, wait_for
+from rlix.core import names
 from rlix.devcluster import manifests, processes
 from rlix.devcluster.cluster import ClusterOptions, DevCluster, default_workdir
 from rlix.devcluster.toolchain import bin_dir
@@ -78,3 +79,16 @@ def dra_agent_cluster(
             yield cluster, agent
         finally:
             agent.kill()
+
+
+@contextmanager
+def claims_agent_cluster(
+    tag: str, node: str, root: Path, *, gpus: int, gpu_mib: int
+) -> Iterator[DevCluster]:
+    """``dra_agent_cluster`` once the agent says the node's GPUs are DRA claims."""
+    ready = (names.ANNOTATION_NODE_GPU_CLAIMS, "true")
+    with dra_agent_cluster(tag, node, root, gpus=gpus, gpu_mib=gpu_mib, ready=ready) as (
+        cluster,
+        _,
+    ):
+        yield cluster

@@ -29,7 +29,6 @@ This is the cluster doing what the simulator's disaggregated mix does
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,16 @@ from typing import Any
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, get_json, one_gpu_role, rljob_state, wait_for, wait_for_condition
-from e2e.own_cluster import dra_agent_cluster
+from e2e.kube import (
+    apply,
+    get_json,
+    new_namespace,
+    one_gpu_role,
+    rljob_state,
+    wait_for,
+    wait_for_condition,
+)
+from e2e.own_cluster import claims_agent_cluster
 from rlix.core import dra, names
 from rlix.devcluster.cluster import DevCluster
 
@@ -52,14 +59,9 @@ MATRIX = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_int
 @pytest.fixture(scope="module")
 def disagg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """Its own control plane (named for the e2e reaper), one DRA node, its agent."""
-    with dra_agent_cluster(
-        "disagg",
-        NODE,
-        tmp_path_factory.mktemp("agent"),
-        gpus=2,
-        gpu_mib=GPU_MIB,
-        ready=(names.ANNOTATION_NODE_GPU_CLAIMS, "true"),
-    ) as (cluster, _):
+    with claims_agent_cluster(
+        "disagg", NODE, tmp_path_factory.mktemp("agent"), gpus=2, gpu_mib=GPU_MIB
+    ) as cluster:
         yield cluster
 
 
@@ -105,12 +107,7 @@ def test_two_disaggregated_jobs_that_say_their_cycles_share_both_gpus(
 ) -> None:
     cluster = disagg_cluster
     assert f"interference matrix from {MATRIX} (time_slicing)" in operator.log.read_text()
-    ns = f"t-{uuid.uuid4().hex[:10]}"
-    cluster.kubectl("create", "namespace", ns)
-    wait_for(
-        "the namespace's default ServiceAccount",
-        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-    )
+    ns = new_namespace(cluster)
     try:
         apply(cluster, ns, pools("a", profile=True))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)

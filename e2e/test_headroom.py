@@ -23,14 +23,13 @@ finishes. At 1x overcommit (``e2e/test_conductor.py``) the same arrival parks
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, get_json, rljob_state, wait_for
+from e2e.kube import apply, get_json, new_namespace, rljob_state, wait_for
 from e2e.own_cluster import dra_agent_cluster
 from e2e.suspensions import condition, finish, observed, pod_suspension
 from rlix.core import dra, names
@@ -97,12 +96,7 @@ def test_a_higher_priority_job_runs_in_memory_parked_for_it_and_the_victim_comes
     headroom_cluster: tuple[DevCluster, AgentProcess], operator: OperatorProcess
 ) -> None:
     cluster, agent = headroom_cluster
-    ns = f"t-{uuid.uuid4().hex[:10]}"
-    cluster.kubectl("create", "namespace", ns)
-    wait_for(
-        "the namespace's default ServiceAccount",
-        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-    )
+    ns = new_namespace(cluster)
     low = rljob(
         "low",
         0,

@@ -18,17 +18,23 @@ last GPU, and kube-scheduler's DRA allocator agrees.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
-from e2e.kube import apply, one_gpu_role, rljob_state, wait_for, wait_for_condition
-from e2e.own_cluster import dra_agent_cluster
+from e2e.kube import (
+    apply,
+    new_namespace,
+    one_gpu_role,
+    rljob_manifest,
+    rljob_state,
+    wait_for,
+    wait_for_condition,
+)
+from e2e.own_cluster import claims_agent_cluster
 from e2e.test_disaggregated_sharing import MATRIX, POD_MIB, PROFILE, gpus_of, pools
-from rlix.core import names
 from rlix.devcluster.cluster import DevCluster
 
 NODE = "rlix-partial-gpu-0"
@@ -38,14 +44,9 @@ GPU_MIB = 81920
 @pytest.fixture(scope="module")
 def partial_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """Its own control plane (named for the e2e reaper), one DRA node of 4 GPUs, its agent."""
-    with dra_agent_cluster(
-        "partial",
-        NODE,
-        tmp_path_factory.mktemp("agent"),
-        gpus=4,
-        gpu_mib=GPU_MIB,
-        ready=(names.ANNOTATION_NODE_GPU_CLAIMS, "true"),
-    ) as (cluster, _):
+    with claims_agent_cluster(
+        "partial", NODE, tmp_path_factory.mktemp("agent"), gpus=4, gpu_mib=GPU_MIB
+    ) as cluster:
         yield cluster
 
 
@@ -65,24 +66,16 @@ def wide(name: str) -> dict[str, Any]:
     gen = one_gpu_role("gen", "rollout", {"rollout": POD_MIB, "idle": POD_MIB})
     gen["gpusPerReplica"] = 3
     policy = one_gpu_role("policy", "trainer", {"training": POD_MIB, "idle": POD_MIB})
-    return {
-        "apiVersion": "rlix.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {"algorithm": "GRPO", "roles": [policy, gen], "phaseProfile": PROFILE},
-    }
+    job = rljob_manifest(name, policy, gen)
+    job["spec"]["phaseProfile"] = PROFILE
+    return job
 
 
 def test_a_three_gpu_pod_takes_one_partner_s_gpus_and_an_empty_one(
     partial_cluster: DevCluster, operator: OperatorProcess
 ) -> None:
     cluster = partial_cluster
-    ns = f"t-{uuid.uuid4().hex[:10]}"
-    cluster.kubectl("create", "namespace", ns)
-    wait_for(
-        "the namespace's default ServiceAccount",
-        lambda: cluster.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-    )
+    ns = new_namespace(cluster)
     try:
         apply(cluster, ns, pools("a", profile=True))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
