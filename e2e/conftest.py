@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import FrameType
@@ -28,7 +27,7 @@ from typing import Any
 import pytest
 
 from e2e.failure_report import cluster_report
-from e2e.kube import wait_for
+from e2e.kube import new_namespace
 from rlix.devcluster import processes, realnode
 from rlix.devcluster.cluster import (
     ClusterOptions,
@@ -143,18 +142,7 @@ def real_node(cluster: DevCluster | ExistingCluster) -> Iterator[realnode.RealNo
 
 @pytest.fixture
 def namespace(cluster: DevCluster | ExistingCluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    cluster.kubectl("create", "namespace", name)
-    # The controller-manager creates the namespace's "default" ServiceAccount a
-    # moment later; a pod created before it exists is refused ("serviceaccount
-    # default not found"), which CI hit once.
-    wait_for(
-        f"the default ServiceAccount of {name}",
-        lambda: (
-            cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode
-            == 0
-        ),
-    )
+    name = new_namespace(cluster)
     try:
         yield name
     finally:

@@ -29,8 +29,12 @@ def get_json(cluster: Kubectl, *args: str) -> Any:
 
 
 def new_namespace(cluster: Kubectl) -> str:
-    """A fresh ``t-<hex>`` namespace, once its default ServiceAccount exists (a pod
-    created before the controller-manager makes it is refused)."""
+    """A fresh ``t-<hex>`` namespace, once its default ServiceAccount exists.
+
+    The controller-manager creates the namespace's "default" ServiceAccount a
+    moment later; a pod created before it exists is refused ("serviceaccount
+    default not found"), which CI hit once.
+    """
     ns = f"t-{uuid.uuid4().hex[:10]}"
     cluster.kubectl("create", "namespace", ns)
     wait_for(
