@@ -36,6 +36,9 @@ from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_P
 from rlix.core.phases import Phase
 
 log = logging.getLogger(__name__)
+# How often the accept loop comes back to the interpreter to run a pending
+# signal handler (``serve_forever``).
+ACCEPT_WAKE_S = 0.5
 
 
 class AgentServer:
@@ -95,9 +98,16 @@ class AgentServer:
 
     def serve_forever(self) -> None:
         assert self._sock is not None, "call bind() first"
+        # Never block for good: the kernel may hand SIGTERM to any thread, and
+        # Python runs the handler (which stops this loop) on the main thread
+        # only once it comes back to the interpreter. Accepted sockets are
+        # blocking again (socket.accept with no default timeout).
+        self._sock.settimeout(ACCEPT_WAKE_S)
         while not self._stop.is_set():
             try:
                 client, _ = self._sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             threading.Thread(target=self._serve_client, args=(client,), daemon=True).start()

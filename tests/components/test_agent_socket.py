@@ -6,7 +6,11 @@ and a fake proc tree that says which PIDs are in which pod.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import platform
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +22,9 @@ import pytest
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_PHASE_SINCE
 from tests.support.agent_fakes import AgentProcess, exchange
+
+# tgkill(2): a signal to one thread of a process (not in the os module).
+SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[platform.machine()]
 
 UID_A = "aaaaaaaa-0000-4000-8000-000000000001"
 UID_B = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -272,3 +279,22 @@ def test_controller_errors_name_the_problem(agent: AgentProcess) -> None:
     assert not_suspended.error_code == proto.E_NOT_FOUND
     no_uid = exchange(agent.socket, b'{"v":1,"id":1,"op":"suspend-pod"}\n')
     assert no_uid.error_code == proto.E_BAD_FIELD
+
+
+def test_a_sigterm_that_lands_on_another_thread_still_stops_the_agent(tmp_path: Path) -> None:
+    # The kernel hands a process's SIGTERM to any thread that does not block it;
+    # Python runs the handler only on the main thread, when that thread next
+    # returns to the interpreter. Sent to a worker thread (tgkill), the signal
+    # used to leave the main thread blocked in accept() for good: the agent
+    # outlived its pod's grace period (a CI run caught it once, 2026-12-05).
+    agent = AgentProcess(tmp_path).start()
+    assert agent.popen is not None
+    pid = agent.popen.pid
+    workers = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert workers, "the agent runs its publishing threads"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(SYS_TGKILL, pid, workers[0], signal.SIGTERM) == 0, ctypes.get_errno()
+    try:
+        assert agent.popen.wait(timeout=10) == 0, agent.log_text()
+    finally:
+        agent.kill()
