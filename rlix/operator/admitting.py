@@ -262,6 +262,8 @@ class Admitter:
             self.clock(),
             (j.key for j in waiting),
             self.grace,
+            rules=getattr(self.policy, "rules", None),
+            gpu_mib=capacity.max_gpu_memory_mib if capacity else 0,
         )
         for job in waiting:
             if capacity is None:

@@ -213,7 +213,15 @@ class Conductor:
         queued = [job.key for job in live if job.status.state in WAITING]
         # The admitter's grace, so that both see the same jobs in their grace.
         grace = self.admitter.grace if self.admitter is not None else DEFAULT_GRACE
-        size = sizes(live, capacity.total_gpus if capacity else 0, now, queued, grace)
+        size = sizes(
+            live,
+            capacity.total_gpus if capacity else 0,
+            now,
+            queued,
+            grace,
+            rules=self.policy.sharing_rules,
+            gpu_mib=capacity.max_gpu_memory_mib if capacity else 0,
+        )
         for job in live:
             # A job in its grace (``ordering.precedence``) waits for free room:
             # nothing is parked or lent for it until the grace ends.

@@ -11,6 +11,7 @@ operator's bookkeeping with a table.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -21,13 +22,19 @@ from rlix.core.policy.admission import Admission, GangRequest, admit
 from rlix.core.policy.ordering import (
     DEFAULT_GRACE,
     Grace,
+    Partners,
     critical_jobs,
     grace_s,
     planned_work_left,
     precedence,
     reported_left,
 )
-from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
+from rlix.core.policy.placement.sharing import (
+    DEFAULT_RULES,
+    SharingRules,
+    kinds_may_pair,
+    pair_kind,
+)
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import ClusterSnapshot
@@ -82,6 +89,9 @@ def sizes(
     now: datetime | None = None,
     waiting: Iterable[str] = (),
     grace: Grace = DEFAULT_GRACE,
+    *,
+    rules: SharingRules | None = None,
+    gpu_mib: int = 0,
 ) -> dict[str, Size]:
     """Every job's ``Size``; ``jobs`` are the live ones (queued, admitted or
     running), whose work left is the backlog, over the cluster's ``gpus``.
@@ -90,10 +100,14 @@ def sizes(
     (waited since its creation less than ``ordering.grace_s`` of its expected
     length alone with ``grace``'s shares, among the classes the live jobs
     hold) gets ``waiting_as``.
+
+    With ``rules`` that carry an interference matrix and the largest GPU's
+    memory (``gpu_mib``), a job that would outlast the jobs it may share GPUs
+    with is critical too (``ordering.short_of_partners``), as in the simulator.
     """
     live = list(jobs)
     left = {job.key: (work_left(job), job.spec.gpus) for job in live}
-    critical = critical_jobs(left, gpus)
+    critical = critical_jobs(left, gpus, _partners(live, rules, gpu_mib))
     out = {key: Size(w, key in critical) for key, (w, _) in left.items()}
     if now is None or not live:
         return out
@@ -113,6 +127,15 @@ def sizes(
             until = created + timedelta(seconds=span)
             out[job.key] = replace(size, waiting_as=queued_as, grace_until=until)
     return out
+
+
+def _partners(live: list[RLJob], rules: SharingRules | None, gpu_mib: int) -> Partners | None:
+    if rules is None or rules.interference is None or gpu_mib <= 0:
+        return None
+    return Partners(
+        kind_of={job.key: pair_kind(planned_workloads(job)) for job in live},
+        pair=functools.partial(kinds_may_pair, rules, gpu_mib=gpu_mib),
+    )
 
 
 def gang_request(job: RLJob, size: Size | None = None) -> GangRequest:

@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rlix.core import names
+from rlix.core.phases import Shape
 from rlix.core.policy.admission import admit, queue_order
 from rlix.core.policy.ordering import STRICT, TOP_GRACE, Grace
+from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules, cells_of
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
 from rlix.core.snapshot import Node
@@ -172,6 +174,37 @@ def test_the_job_that_would_set_the_finish_goes_first_and_reports_no_size() -> N
     assert not any(s.critical for s in size.values())
     requests = [gang_request(j, size[j.key]) for j in (short, long)]
     assert [r.job for r in queue_order(requests)] == ["ns/short", "ns/long"]
+
+
+def test_with_a_matrix_a_job_that_would_outlast_its_partners_goes_first() -> None:
+    def lean(name: str, planned: int, mib: int) -> RLJob:
+        body = sized(name, planned, "2026-01-01T00:00:00Z").model_dump(
+            by_alias=True, exclude_none=True
+        )
+        body["spec"]["roles"][0]["gpuMemoryMiB"] = {"training": mib}
+        return RLJob.model_validate(body)
+
+    # 4 GPUs of 80 GiB. "long" and "short" fit two to a GPU, "other" beside
+    # nobody. The backlog (482,400 GPU-s) drains in 120,600 s, longer than
+    # any job alone (60,000 s): by the backlog nobody sets the finish.
+    long, short, other = (
+        lean("long", 1000, 30000),
+        lean("short", 10, 30000),
+        lean("other", 1000, 70000),
+    )
+    free = SharingRules(cells_of({a: dict.fromkeys(Shape, 0.0) for a in Shape}))
+    assert not any(s.critical for s in sizes([long, short, other], 4).values())
+    assert not any(
+        s.critical
+        for s in sizes([long, short, other], 4, rules=DEFAULT_RULES, gpu_mib=81920).values()
+    )
+    # With a matrix under which they pair, "long" outlasts its one partner
+    # (2,400 GPU-s, 600 s on 4 GPUs): it goes first and reports no size.
+    size = sizes([long, short, other], 4, rules=free, gpu_mib=81920)
+    assert {k for k, s in size.items() if s.critical} == {"ns/long"}
+    assert size["ns/long"].reported == 0
+    requests = [gang_request(j, size[j.key]) for j in (short, other, long)]
+    assert [r.job for r in queue_order(requests)] == ["ns/long", "ns/short", "ns/other"]
 
 
 def test_a_sized_job_of_a_higher_class_queues_with_the_lowest_until_its_grace_ends() -> None:

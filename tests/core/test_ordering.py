@@ -15,6 +15,7 @@ from rlix.core.policy.ordering import (
     STRICT,
     TOP_GRACE,
     Grace,
+    Partners,
     critical_jobs,
     displaces,
     grace_s,
@@ -95,6 +96,25 @@ def test_a_job_as_long_as_the_backlog_drain_is_critical() -> None:
     assert is_critical(100.0, 6400.0, 64)
     assert not is_critical(99.0, 6400.0, 64)
     assert not is_critical(0.0, 0.0, 64)  # nothing known, nothing critical
+
+
+def test_a_job_that_would_outlast_its_partners_goes_first() -> None:
+    # 8 GPUs. "big" (100 s alone) may share GPUs only with the S jobs, "x"
+    # with nobody. The whole backlog drains in 1,190 s, longer than anyone:
+    # by the backlog alone nobody sets the finish.
+    work = {"big": (800.0, 8), "s1": (400.0, 8), "s2": (320.0, 8), "x": (8000.0, 8)}
+    kinds = {"big": "B", "s1": "S", "s2": "S", "x": "X"}
+    partners = Partners(kinds, lambda a, b: {a, b} == {"B", "S"})
+    assert critical_jobs(work, 8) == frozenset()
+    # Its partners' 720 GPU-s drain in 90 s: started later, "big" runs alone.
+    # The S jobs' partner ("big") outlasts them; "x" has no partner to lose.
+    assert critical_jobs(work, 8, partners) == {"big"}
+    assert critical_jobs({**work, "s2": (480.0, 8)}, 8, partners) == frozenset()  # 110 s
+    # A job of unknown size (0) is nobody's backlog and never critical.
+    assert critical_jobs({**work, "big": (0.0, 8)}, 8, partners) == frozenset()
+    # Jobs of one kind may be each other's partners, never their own.
+    same = Partners({"a": "S", "b": "S"}, lambda a, b: True)
+    assert critical_jobs({"a": (800.0, 8), "b": (100.0, 8)}, 8, same) == {"a"}
 
 
 def _one_gpu(resident_left: float):  # type: ignore[no-untyped-def]

@@ -15,7 +15,10 @@ from rlix.core.policy.placement.sharing import (
     MEASURED_H200_CELLS,
     PAYING_PAIR,
     SharingRules,
+    cells_of,
     expected_rates,
+    kinds_may_pair,
+    pair_kind,
 )
 from rlix.core.sim.interference import ASSUMED, MEASURED_H200
 from rlix.core.sim.workload import JobSpec, profile_for
@@ -388,6 +391,28 @@ def test_with_a_matrix_a_pod_never_takes_two_partners() -> None:
     refused = fit(load, _trainer().gpus(4).build(), rules)
     assert not refused.ok
     assert "at most 3 of them together (one partner job over a pod's shared GPUs" in refused.reason
+
+
+def test_two_jobs_are_partners_where_some_pods_of_each_may_share_a_gpu() -> None:
+    free = SharingRules(cells_of({a: dict.fromkeys(Shape, 0.0) for a in Shape}))
+    roll = pod("r").job("a").memory(60 * GiB).phase("rollout").build()
+    train = pod("t").job("b").memory(70 * GiB).phase("training").build()
+    big = pod("g").job("c").memory(90 * GiB).phase("training").build()
+    mine, theirs = pair_kind([roll, roll]), pair_kind([train])
+    assert mine == pair_kind([roll])  # a role's replicas are one entry
+    assert kinds_may_pair(free, mine, theirs, gpu_mib=141 * GiB)
+    assert not kinds_may_pair(free, mine, theirs, gpu_mib=129 * GiB)  # peaks do not fit
+    # Either pod of a job may be the one that fits.
+    assert kinds_may_pair(free, pair_kind([big, roll]), theirs, gpu_mib=141 * GiB)
+    other_class = pair_kind([replace(train, priority=5)])
+    assert not kinds_may_pair(free, mine, other_class, gpu_mib=141 * GiB)  # rule 3
+    # Rule 5 under the H200 matrix: two training pods at full pressure pay less than 4/3.
+    assert not kinds_may_pair(SharingRules(), theirs, theirs, gpu_mib=141 * GiB)
+    # Without a matrix (the cluster's default) nobody is a partner: memory alone
+    # would call partners that never pair. Nor with one job per GPU.
+    assert not kinds_may_pair(DEFAULT_RULES, mine, theirs, gpu_mib=141 * GiB)
+    one = replace(free, max_jobs_per_gpu=1)
+    assert not kinds_may_pair(one, mine, theirs, gpu_mib=141 * GiB)
 
 
 def test_declared_seconds_become_shares_at_full_pressure_and_idle_at_none() -> None:

@@ -12,10 +12,10 @@ from rlix.core.policy.placement.gating import gated_rates
 from rlix.core.policy.placement.sharing import SharingRules
 from rlix.core.sim import hardware as hw
 from rlix.core.sim import metrics
-from rlix.core.sim.engine import DecisionRecord, SimConfig, _dominates, simulate
+from rlix.core.sim.engine import DecisionRecord, SimConfig, Simulation, _dominates, simulate
 from rlix.core.sim.interference import DEFAULT, SHAPES, Interference
 from rlix.core.sim.metrics import SimResult, pair_ceiling
-from rlix.core.sim.mixes import make_mix
+from rlix.core.sim.mixes import closed_batch, make_mix
 from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler, kube_default
 from rlix.core.sim.schedulers import rlix as rlix_scheduler
 from rlix.core.sim.workload import MODELS, JobProfile, JobSpec, Timeline, profile_for
@@ -336,3 +336,22 @@ def test_what_a_cluster_can_declare_never_shares_a_pair_the_model_refuses() -> N
     assert allowed > 0, "no pair shares at all: the comparison would say nothing"
     assert all(model for _, _, model in differ), differ  # never more permissive
     assert len(differ) == 1, differ
+
+
+def test_with_a_matrix_the_jobs_that_would_outlast_their_partners_go_first() -> None:
+    # Seed 0's closed batch: 116 h of backlog on 128 GPUs, so by the backlog
+    # alone nobody sets the finish at t = 0. Under the measured matrix the
+    # colocated 14B jobs (14 h alone) may share GPUs only with the 2-GPU 1.5B
+    # jobs (memory and rule 5 rule out the rest), whose work the cluster
+    # drains in under 2 h: started later, they would run alone.
+    batch = closed_batch(make_mix("disaggregated", 0))
+    sim = Simulation(batch, rlix_scheduler(DEFAULT))
+    sim._mark_critical(0.0)
+    kinds = {(r.spec.model, r.spec.rollout_gpus) for r in sim.runs if r.critical}
+    assert kinds == {("14b", 0)}
+    assert sum(r.critical for r in sim.runs) == 12
+    # Without a matrix (the cluster's default rules) nobody is a partner.
+    plain = Simulation(batch, rlix_scheduler(None))
+    assert plain.partners is None
+    plain._mark_critical(0.0)
+    assert not any(r.critical for r in plain.runs)

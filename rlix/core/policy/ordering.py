@@ -8,13 +8,18 @@ removes most of it; Tiresias (NSDI '19) makes the same argument for training
 jobs. RLix can afford the preemptive half of it because parking a job in place
 costs a host copy, not lost work.
 
-Two guards keep the order honest:
+Three guards keep the order honest:
 
 * **Starting the longest job late sets the finish of the batch.** A job whose
   own remaining length is at least the time the cluster needs to drain its
   whole backlog (``is_critical``) goes first in its class: it would set the
   makespan if started later (LPT's reason), and nothing that short jobs gain is
   worth more than that. A critical job is never parked for a job of its class.
+* **A job that would outlast its partners runs alone.** Where the sharing
+  rules carry an interference matrix, a job is also critical when its length
+  left reaches the time the cluster needs to drain the work of the jobs it may
+  share GPUs with (``short_of_partners``): least work first would pair the
+  small jobs among themselves and leave it to run alone at the end.
 * **Parking churns.** A waiting job parks a running job of its own class only
   when that job has more than ``DISPLACE_RATIO`` times its work left
   (``displaces``), so each park at least halves the remaining work in front.
@@ -49,7 +54,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -167,18 +172,65 @@ def reported_left(work_left: float, critical: bool) -> float:
     return 0.0 if critical else work_left
 
 
-def critical_jobs(work: Mapping[K, tuple[float, int]], gpus: int) -> frozenset[K]:
+@dataclass(frozen=True, slots=True)
+class Partners:
+    """Who may share GPUs with whom, for ``critical_jobs``: each job's kind
+    (jobs of one kind have the same partners) and whether two kinds may pair
+    (``placement.sharing.kinds_may_pair`` under the policy's rules)."""
+
+    kind_of: Mapping[Hashable, Hashable]
+    pair: Callable[[Hashable, Hashable], bool]
+
+
+def critical_jobs(
+    work: Mapping[K, tuple[float, int]], gpus: int, partners: Partners | None = None
+) -> frozenset[K]:
     """The jobs (key -> (expected GPU-seconds left, GPUs)) that would set the finish.
 
     Each is judged by ``is_critical`` against the backlog of all of them. A job
     of unknown size (0) is never critical and adds nothing to the backlog, so
     where such jobs run, more jobs look critical than are: they go first and
     are not parked for their class, which is arrival order's side.
+
+    With ``partners``, a job is also critical when it would outlast its
+    partners (``short_of_partners``).
     """
     backlog = sum(left for left, _ in work.values())
-    return frozenset(
+    found = frozenset(
         k for k, (left, g) in work.items() if g > 0 and is_critical(left / g, backlog, gpus)
     )
+    if partners is None:
+        return found
+    return found | short_of_partners(work, gpus, partners)
+
+
+def short_of_partners(
+    work: Mapping[K, tuple[float, int]], gpus: int, partners: Partners
+) -> frozenset[K]:
+    """The jobs that would run alone if started later: ``is_critical`` against
+    the backlog of the jobs they may share GPUs with, not of all jobs.
+
+    Sharing pays only beside a partner. Least work first runs the small jobs,
+    which pair with anything, first and among themselves, and leaves the long
+    jobs that pair only with them to run alone at the end: a job whose own
+    length left reaches the time the cluster needs to drain its partners' work
+    goes first while they are still there. A job with no partner left gains
+    nothing by going first (it runs alone whenever it runs) and is left to
+    the order.
+    """
+    kind_of, pair = partners.kind_of, partners.pair
+    by_kind: dict[Hashable, float] = {}
+    for k, (left, _) in work.items():
+        h = kind_of[k]
+        by_kind[h] = by_kind.get(h, 0.0) + left
+    supply = {h: sum(w for o, w in by_kind.items() if pair(h, o)) for h in by_kind}
+    out = []
+    for k, (left, g) in work.items():
+        h = kind_of[k]
+        theirs = supply[h] - (left if pair(h, h) else 0.0)  # not its own work
+        if g > 0 and theirs > 0 and is_critical(left / g, theirs, gpus):
+            out.append(k)
+    return frozenset(out)
 
 
 def planned_work_left(

@@ -12,15 +12,23 @@ it was made on, so a test can replay it through the extender's code path.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import Counter
 from collections.abc import Callable
 
 from rlix.core.phases import Phase, shape_of
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
-from rlix.core.policy.ordering import class_key, critical_jobs, grace_s
+from rlix.core.policy.ordering import Partners, class_key, critical_jobs, grace_s
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
-from rlix.core.policy.placement.sharing import SharingRules, pair_rates, pair_traits, takes_turns
+from rlix.core.policy.placement.sharing import (
+    SharingRules,
+    kinds_may_pair,
+    pair_kind,
+    pair_rates,
+    pair_traits,
+    takes_turns,
+)
 from rlix.core.policy.rebalance import PairSplit, split_pair_gain
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
@@ -136,6 +144,17 @@ class Simulation:
         )
         self.gated: dict[int, float] = {}
         self.entering: set[int] = set()  # placed, not yet through the gate
+        # Sized and with a matrix, a job that would outlast its partners goes
+        # first too (``ordering.short_of_partners``); a job's kind is read off
+        # its unplaced pods once (what the rules read does not change).
+        self.partners: Partners | None = None
+        if self.by_size and self.rebalance_rules is not None:
+            self.partners = Partners(
+                kind_of={r.id: pair_kind(pods_of(r, 0.0, self.cluster)) for r in self.runs},
+                pair=functools.partial(
+                    kinds_may_pair, self.rebalance_rules, gpu_mib=self.config.memory_mib
+                ),
+            )
 
     # -- event plumbing ------------------------------------------------------
     def _push(self, t: float, kind: int, job: int = -1, version: int = 0) -> None:
@@ -445,7 +464,9 @@ class Simulation:
         """Which jobs would set the finish if started later (``ordering.is_critical``)."""
         live = [r for r in self.runs if r.state is not State.DONE and r.spec.arrival_s <= t]
         critical = critical_jobs(
-            {r.id: (r.work_left(), r.spec.gpus) for r in live}, self.cluster.total_gpus
+            {r.id: (r.work_left(), r.spec.gpus) for r in live},
+            self.cluster.total_gpus,
+            self.partners,
         )
         for r in live:
             r.critical = r.id in critical

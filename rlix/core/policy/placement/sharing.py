@@ -300,6 +300,35 @@ def _pair_allowed(rules: SharingRules, mine: Traits, theirs: Traits, priority: i
     return True
 
 
+# A job's pods as the partner test reads them: per distinct pod, its class,
+# what rules 4-5 read of it and its peak memory per GPU. Two jobs of one kind
+# have the same partners, so the test runs once per pair of kinds.
+PairKind = tuple[tuple[int, Traits, int], ...]
+
+
+def pair_kind(pods: Iterable[Workload]) -> PairKind:
+    """The partner test's view of a job's pods (``kinds_may_pair``); hashable."""
+    return tuple(dict.fromkeys((w.priority, pair_traits(w), w.peak_memory_mib) for w in pods))
+
+
+@functools.lru_cache(maxsize=4096)
+def kinds_may_pair(rules: SharingRules, mine: PairKind, theirs: PairKind, gpu_mib: int) -> bool:
+    """Whether some pod of one kind may ever share a GPU of ``gpu_mib`` with
+    some pod of the other: both peaks fit together, and rules 3-5 allow the pair.
+
+    Only where the rules carry an interference matrix: without one (the
+    cluster's ``DEFAULT_RULES``) memory would call partners that never pair,
+    so nobody is anybody's partner and the partner test stays off.
+    """
+    if rules.interference is None or rules.max_jobs_per_gpu < 2:
+        return False
+    return any(
+        p == q and a + b <= gpu_mib and _pair_allowed(rules, t, u, p)
+        for p, t, a in mine
+        for q, u, b in theirs
+    )
+
+
 def joinable(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) -> bool:
     """Whether ``pod`` may join a GPU with these residents (rules 1 and 3-5).
 
