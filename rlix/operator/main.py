@@ -205,7 +205,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     rules_file.add_arguments(
         parser.add_argument_group("sharing rules (docs/extender.md, 'Sharing rules')"),
         "two jobs are admitted onto one GPU, and a parked job resumed beside another, only "
-        "where the matrix says sharing pays; give the extender the same file (default: "
+        "where the matrix says sharing pays, and a sized job that would outlast the jobs it "
+        "may share with goes first in its class; give the extender the same file (default: "
         "no matrix, any two jobs of one priority may share)",
     )
     parser.add_argument("--verbose", action="store_true")
