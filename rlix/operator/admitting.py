@@ -262,6 +262,7 @@ class Admitter:
             self.clock(),
             (j.key for j in waiting),
             self.grace,
+            # RLixAdmission's rules; a policy without any (a test's table) has no partners.
             rules=getattr(self.policy, "rules", None),
             gpu_mib=capacity.max_gpu_memory_mib if capacity else 0,
         )
