@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e._operator_process import OperatorProcess, operator_with_extender
+from e2e._operator_process import MATRIX, OperatorProcess, operator_with_matrix
 from e2e.kube import (
     apply,
     get_json,
@@ -53,7 +52,6 @@ NODE = "rlix-disagg-gpu-0"
 GPU_MIB = 81920
 POD_MIB = 30000
 PROFILE = {"rollout": 240, "scoring": 20, "training": 90, "weight-sync": 10}
-MATRIX = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_interference.json"
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +67,7 @@ def disagg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevClus
 def operator(
     disagg_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    yield from operator_with_extender(
-        disagg_cluster,
-        tmp_path_factory.mktemp("operator"),
-        extra_args=("--interference", str(MATRIX)),
-    )
+    yield from operator_with_matrix(disagg_cluster, tmp_path_factory.mktemp("operator"))
 
 
 def pools(name: str, *, profile: bool) -> dict[str, Any]:

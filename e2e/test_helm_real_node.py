@@ -32,6 +32,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import realnode_pods
+from e2e._operator_process import MATRIX
 from e2e.kube import apply, get_json, wait_for
 from e2e.realnode_pods import advertised_gpus, real_pod
 from rlix.core import names
@@ -61,7 +62,6 @@ METRICS_PORTS = {"operator": 9464, "extender": 8787, "node-agent": 9465}
 # The interference matrix the release decides sharing with (values
 # sharing.interferenceConfigMap): the H200 measurement, as a ConfigMap.
 MATRIX_CONFIGMAP = "rlix-interference"
-MATRIX = ROOT / "bench" / "results" / "gpu_interference.json"
 MOUNTED_MATRIX = "/etc/rlix/interference/interference.json"
 # Fetches each URL given and prints {url: body} as JSON: runs in the node image.
 SCRAPER = """

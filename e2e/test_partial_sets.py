@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from e2e._operator_process import OperatorProcess, operator_with_extender
+from e2e._operator_process import OperatorProcess, operator_with_matrix
 from e2e.kube import (
     apply,
     new_namespace,
@@ -34,7 +34,7 @@ from e2e.kube import (
     wait_for_condition,
 )
 from e2e.own_cluster import claims_agent_cluster
-from e2e.test_disaggregated_sharing import MATRIX, POD_MIB, PROFILE, gpus_of, pools
+from e2e.test_disaggregated_sharing import POD_MIB, PROFILE, gpus_of, pools
 from rlix.devcluster.cluster import DevCluster
 
 NODE = "rlix-partial-gpu-0"
@@ -54,11 +54,7 @@ def partial_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevClu
 def operator(
     partial_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    yield from operator_with_extender(
-        partial_cluster,
-        tmp_path_factory.mktemp("operator"),
-        extra_args=("--interference", str(MATRIX)),
-    )
+    yield from operator_with_matrix(partial_cluster, tmp_path_factory.mktemp("operator"))
 
 
 def wide(name: str) -> dict[str, Any]:

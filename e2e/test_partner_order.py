@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from e2e._operator_process import OperatorProcess, operator_with_extender
+from e2e._operator_process import OperatorProcess, operator_with_matrix
 from e2e.kube import (
     apply,
     new_namespace,
@@ -36,7 +36,7 @@ from e2e.kube import (
     wait_for_condition,
 )
 from e2e.own_cluster import claims_agent_cluster
-from e2e.test_disaggregated_sharing import MATRIX, PROFILE, pools
+from e2e.test_disaggregated_sharing import PROFILE, pools
 from rlix.devcluster.cluster import DevCluster
 
 NODE = "rlix-partners-gpu-0"
@@ -56,10 +56,8 @@ def partners_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCl
 def operator(
     partners_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    yield from operator_with_extender(
-        partners_cluster,
-        tmp_path_factory.mktemp("operator"),
-        extra_args=("--interference", str(MATRIX), "--admission-window", "1"),
+    yield from operator_with_matrix(
+        partners_cluster, tmp_path_factory.mktemp("operator"), "--admission-window", "1"
     )
 
 

@@ -76,10 +76,7 @@ def fit(load: NodeLoad, pod: Workload, rules: SharingRules = DEFAULT_RULES) -> F
     capacity = load.capacity_mib
     demand = fit_demand(pod, capacity)
     candidates = tuple(load.gpus[p] for p in load.holdable_for(demand, pod.job))
-    for group in (
-        *load.groups_for(demand, pod, rules),
-        *load.partial_groups_for(demand, pod, rules),
-    ):
+    for group in load.sets_for(demand, pod, rules):
         if len(group) >= pod.gpus:
             return Fit(ok=True, candidates=tuple(load.gpus[p] for p in group))
     if len(candidates) >= pod.gpus:

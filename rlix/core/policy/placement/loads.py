@@ -277,13 +277,19 @@ class NodeLoad:
             return ()  # no empty GPU (the empty set, when there is one, comes first)
         return tuple(g + groups[0] for g in groups[1:])
 
-    def room_for(self, demand_mib: int, pod: Workload, rules: SharingRules) -> int:
-        """The most GPUs ``pod`` could take here under the rules (its largest set)."""
-        sets = (
+    def sets_for(
+        self, demand_mib: int, pod: Workload, rules: SharingRules
+    ) -> tuple[tuple[int, ...], ...]:
+        """Every GPU set the rules let ``pod`` take here: ``groups_for``'s, then
+        ``partial_groups_for``'s."""
+        return (
             *self.groups_for(demand_mib, pod, rules),
             *self.partial_groups_for(demand_mib, pod, rules),
         )
-        return max((len(g) for g in sets), default=0)
+
+    def room_for(self, demand_mib: int, pod: Workload, rules: SharingRules) -> int:
+        """The most GPUs ``pod`` could take here under the rules (its largest set)."""
+        return max((len(g) for g in self.sets_for(demand_mib, pod, rules)), default=0)
 
 
 def _capacities(node: Node) -> list[tuple[int, int, int]]:
