@@ -589,6 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--class-grace", type=parse_share, default=CLASS_GRACE, metavar="SHARE",
                         help="as rlix-operator's (default %(default)s; both 0: strict "
                              "classes)")  # fmt: skip
+    parser.add_argument("--aging", type=parse_share, default=0.0, metavar="SHARE",
+                        help="as rlix-operator's (default %(default)s: never)")  # fmt: skip
     parser.add_argument("--no-compare", action="store_true",
                         help="skip interference.md (the assumed-vs-measured table)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -601,19 +603,21 @@ def main(argv: list[str] | None = None) -> int:
         else DEFAULT
     )
     out_bps, in_bps = SUSPEND[args.suspend]
-    grace = Grace(args.top_grace, args.class_grace)
+    grace = Grace(args.top_grace, args.class_grace, args.aging)
     config = SimConfig(
         suspend_bytes_per_s=out_bps, restore_bytes_per_s=in_bps, interference=matrix, grace=grace
     )
     args.out.mkdir(parents=True, exist_ok=True)
     command = shlex.join([".venv/bin/python", "bench/simulate.py", *(argv or sys.argv[1:])])
     print(f"$ {command}")
-    # A non-default matrix, preallocation or grace writes <mix>-<tag>.md beside
+    # A non-default matrix, preallocation, grace or aging writes <mix>-<tag>.md beside
     # the default tables instead of replacing them.
     tag = "".join(
         [f"-{matrix.name}" if args.interference else "",
          f"-gmu{args.gpu_memory_utilization:g}" if args.gpu_memory_utilization else "",
-         f"-grace{grace.top:g}-{grace.between:g}" if grace != DEFAULT_GRACE else ""]
+         f"-grace{grace.top:g}-{grace.between:g}"
+         if (grace.top, grace.between) != (DEFAULT_GRACE.top, DEFAULT_GRACE.between) else "",
+         f"-aging{grace.aging:g}" if grace.aging else ""]
     )  # fmt: skip
     done: dict[str, Runs] = {}
     for mix in args.mix or DEFAULT_MIXES:

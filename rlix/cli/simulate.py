@@ -81,6 +81,15 @@ def add_parser(sub: Any) -> None:
         metavar="SHARE",
         help="the same for the classes between (default %(default)s; both 0: strict classes)",
     )
+    p.add_argument(
+        "--aging",
+        type=parse_share,
+        default=0.0,
+        metavar="SHARE",
+        help="as rlix-operator's: a waiting job that declares its size and has waited this "
+        "share of its expected length goes first in its class and, once running, is not "
+        "parked by it (default %(default)s: never)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
@@ -118,7 +127,7 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
         sample_s=args.sample_s,
         suspend_bytes_per_s=getattr(hw, out_name),
         restore_bytes_per_s=getattr(hw, in_name),
-        grace=Grace(args.top_grace, args.class_grace),
+        grace=Grace(args.top_grace, args.class_grace, args.aging),
     )
     mix = make_mix(args.mix, seed=args.seed, jobs=args.jobs)
     results, speeds = [], []

@@ -296,19 +296,27 @@ class Admitter:
         for decision in await asyncio.to_thread(self.policy, snapshot, considered):
             decisions[decision.job] = decision
         for key, decision in decisions.items():
-            grace = size.get(key)
+            place = size.get(key)
             if (
                 decision.reason not in (WaitReason.WAITING_FOR_GPUS, WaitReason.QUEUED)
-                or grace is None
-                or grace.grace_until is None
+                or place is None
             ):
                 continue
-            decisions[key] = replace(
-                decision,
-                message=f"{decision.message}; in its grace until {rfc3339(grace.grace_until)}: "
-                f"it queues among priority {grace.waiting_as}, least work first, and nothing "
-                "is parked for it before then",
-            )
+            why = []
+            if place.grace_until is not None:
+                why.append(
+                    f"in its grace until {rfc3339(place.grace_until)}: it queues among "
+                    f"priority {place.waiting_as}, least work first, and nothing is parked "
+                    "for it before then"
+                )
+            if place.aged_at is not None:
+                why.append(
+                    f"aged at {rfc3339(place.aged_at)} (it has waited {self.grace.aging:g} "
+                    "times its expected length): it goes first in its class, and once "
+                    "running its class does not park it"
+                )
+            if why:
+                decisions[key] = replace(decision, message="; ".join([decision.message, *why]))
         return decisions
 
     async def _record(self, job: RLJob, decision: Admission) -> None:

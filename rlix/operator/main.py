@@ -148,11 +148,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="queued jobs (in queue order) the policy considers per pass (default %(default)s)",
     )
     queue = parser.add_argument_group(
-        "grace before precedence (docs/rljob.md)",
+        "grace before precedence, and aging (docs/rljob.md)",
         "A waiting job of a class above the lowest that declares its size\n"
         "(spec.iterations) queues among the lowest class, least work first, for a\n"
         "share of its expected length alone; then its own class applies.\n"
-        "--top-grace 0 --class-grace 0 makes priority classes strict.",
+        "--top-grace 0 --class-grace 0 makes priority classes strict.\n"
+        "--aging puts a sized job that has waited long first in its class.",
     )
     queue.add_argument(
         "--top-grace",
@@ -168,6 +169,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=CLASS_GRACE,
         metavar="SHARE",
         help="the share of every class between the highest and the lowest (default %(default)s)",
+    )
+    queue.add_argument(
+        "--aging",
+        type=parse_share,
+        default=0.0,
+        metavar="SHARE",
+        help="a waiting sized job that has waited this share of its expected length alone "
+        "goes first in its class and, once running, is not parked by it, so least work "
+        "first does not starve the longest jobs; it costs some mean JCT (default "
+        "%(default)s: never; 2 puts a job expected to run 10 hours first after 20 hours "
+        "waiting)",
     )
     parser.add_argument(
         "--ledger-namespace",
@@ -290,7 +302,7 @@ def build_runtime(args: argparse.Namespace) -> Runtime:
         kube,
         ledger_namespace=args.ledger_namespace,
         window=args.admission_window,
-        grace=Grace(args.top_grace, args.class_grace),
+        grace=Grace(args.top_grace, args.class_grace, args.aging),
         namespaces=tuple(args.namespace),
     )
     reconciler = Reconciler(

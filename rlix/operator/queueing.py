@@ -23,8 +23,10 @@ from rlix.core.policy.ordering import (
     DEFAULT_GRACE,
     Grace,
     Partners,
+    aging_s,
     critical_jobs,
     grace_s,
+    is_aged,
     planned_work_left,
     precedence,
     reported_left,
@@ -70,17 +72,20 @@ class Size:
     """A job's place in its class: expected GPU-seconds left (0: unknown),
     whether it would set the finish if started later (``ordering.critical_jobs``),
     and, for a waiting job in its grace (``ordering.precedence``), the class
-    whose place it queues at (None: its own)."""
+    whose place it queues at (None: its own). ``aged_at``: when it aged
+    (``ordering.is_aged``; waiting, it goes first in its class; admitted after
+    it, its class does not park it)."""
 
     work_left: float = 0.0
     critical: bool = False
     waiting_as: int | None = None
     grace_until: datetime | None = None
+    aged_at: datetime | None = None
 
     @property
     def reported(self) -> float:
         """What its running pods say (``ordering.reported_left``)."""
-        return reported_left(self.work_left, self.critical)
+        return reported_left(self.work_left, self.critical or self.aged_at is not None)
 
 
 def sizes(
@@ -99,7 +104,9 @@ def sizes(
     With ``now``, each job keyed in ``waiting`` that is still in its grace
     (waited since its creation less than ``ordering.grace_s`` of its expected
     length alone with ``grace``'s shares, among the classes the live jobs
-    hold) gets ``waiting_as``.
+    hold), gets ``waiting_as``; one that has waited ``ordering.aging_s`` of it,
+    and an admitted job that had by its admission (``status.admittedAt``,
+    judged by its declared length), get ``aged_at``.
 
     With ``rules`` that carry an interference matrix and the largest GPU's
     memory (``gpu_mib``), a job that would outlast the jobs it may share GPUs
@@ -117,16 +124,38 @@ def sizes(
     for job in live:
         created = parse_time(job.metadata.get("creationTimestamp"))
         size = out[job.key]
-        if job.key not in queued or created is None or job.spec.gpus <= 0:
+        if created is None or job.spec.gpus <= 0:
+            continue
+        if job.key not in queued:
+            admitted = parse_time(job.status.admitted_at)
+            if admitted is None:
+                continue
+            alone = _declared_alone_s(job)
+            if is_aged((admitted - created).total_seconds(), alone, shares=grace):
+                aged_at = created + timedelta(seconds=aging_s(alone, shares=grace))
+                out[job.key] = replace(size, aged_at=aged_at)
             continue
         waited = (now - created).total_seconds()
         alone = size.work_left / job.spec.gpus
+        if is_aged(waited, alone, shares=grace):
+            size = replace(size, aged_at=created + timedelta(seconds=aging_s(alone, shares=grace)))
         queued_as = precedence(job.spec.priority, top, lowest, waited, alone, shares=grace)
         if queued_as != job.spec.priority:
             span = grace_s(job.spec.priority, top, lowest, alone, shares=grace)
             until = created + timedelta(seconds=span)
-            out[job.key] = replace(size, waiting_as=queued_as, grace_until=until)
+            size = replace(size, waiting_as=queued_as, grace_until=until)
+        out[job.key] = size
     return out
+
+
+def _declared_alone_s(job: RLJob) -> float:
+    """The job's whole expected length alone from what it declares (0: unknown)."""
+    spec = job.spec
+    if spec.iterations is None or spec.gpus <= 0:
+        return 0.0
+    return (
+        planned_work_left(spec.gpus, spec.iterations, 0, 0.0, spec.declared_iteration_s) / spec.gpus
+    )
 
 
 def _partners(live: list[RLJob], rules: SharingRules | None, gpu_mib: int) -> Partners | None:
@@ -151,7 +180,8 @@ def gang_request(job: RLJob, size: Size | None = None) -> GangRequest:
         arrival=created.timestamp() if created else 0.0,
         pods=tuple(replace(p, work_left=size.work_left) for p in planned_workloads(job)),
         work_left=size.work_left,
-        critical=size.critical,
+        # Aged, it goes first in its class as a critical job does.
+        critical=size.critical or size.aged_at is not None,
     )
 
 

@@ -145,14 +145,19 @@ def test_operator_mounts_the_socket_dir_the_agent_serves_in(helm: Helm) -> None:
 def test_the_operators_grace_comes_from_values(helm: Helm) -> None:
     default = _operator_args(helm)
     assert "--top-grace=0.1" in default and "--class-grace=2" in default
+    assert "--aging=0" in default  # off unless asked for
     strict = _operator_args(
-        helm, "--set", "operator.grace.top=0", "--set", "operator.grace.between=0"
-    )
-    assert "--top-grace=0" in strict and "--class-grace=0" in strict
+        helm,
+        "--set", "operator.grace.top=0", "--set", "operator.grace.between=0",
+        "--set", "operator.grace.aging=2",
+    )  # fmt: skip
+    assert "--top-grace=0" in strict and "--class-grace=0" in strict and "--aging=2" in strict
     # The operator accepts what the chart renders.
-    flags = [a for a in default + strict if a.startswith(("--top-grace", "--class-grace"))]
-    parsed = parse_args(flags[:2])
-    assert (parsed.top_grace, parsed.class_grace) == (0.1, 2.0)
+    names = ("--top-grace", "--class-grace", "--aging")
+    flags = [a for a in default + strict if a.startswith(names)]
+    parsed = parse_args(flags[:3])
+    assert (parsed.top_grace, parsed.class_grace, parsed.aging) == (0.1, 2.0, 0.0)
+    assert parse_args(flags[3:]).aging == 2.0
 
 
 def test_the_conductors_settings_come_from_values(helm: Helm) -> None:
@@ -221,13 +226,15 @@ def _workload(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
         (["--set", "nodeAgent.backend=nvlm"], "/nodeAgent/backend"),
         (["--set", "scheduler.extraArgs=--v=4"], "/scheduler/extraArgs"),
         (["--set", "operator.grace.top=-1"], "/operator/grace/top"),
+        (["--set", "operator.grace.aging=-1"], "/operator/grace/aging"),
         (["--set", "operator.conductor.suspendTarget=gpu"], "/operator/conductor/suspendTarget"),
         (["--set", "operator.conductor.maxSuspendedSeconds=-5"],
          "/operator/conductor/maxSuspendedSeconds"),
         (["--set", "nodeAgent.phaseGate.maxWaitSeconds=0"], "/nodeAgent/phaseGate/maxWaitSeconds"),
     ],
     ids=["top-level-typo", "nested-typo", "image-typo", "deep-typo", "type", "enum", "backend",
-         "args-not-a-list", "negative-grace", "suspend-target", "negative-max-suspended",
+         "args-not-a-list", "negative-grace", "negative-aging", "suspend-target",
+         "negative-max-suspended",
          "phase-gate-no-wait"],
 )  # fmt: skip
 def test_schema_refuses_a_misspelt_or_mistyped_value(

@@ -9,7 +9,7 @@ from typing import Any
 from rlix.core import names
 from rlix.core.phases import Shape
 from rlix.core.policy.admission import admit, queue_order
-from rlix.core.policy.ordering import STRICT, TOP_GRACE, Grace
+from rlix.core.policy.ordering import DEFAULT_GRACE, STRICT, TOP_GRACE, Grace
 from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules, cells_of
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.rljob import RLJob
@@ -251,6 +251,43 @@ def test_the_operators_grace_shares_set_the_grace_and_strict_has_none() -> None:
     half = sizes([top, low], 64, now, waiting, Grace(top=0.5))["ns/top"]
     assert half.waiting_as == 0 and half.grace_until == created + timedelta(seconds=3000)
     assert sizes([top, low], 64, created, waiting, STRICT)["ns/top"].waiting_as is None
+
+
+def test_a_sized_job_that_waited_its_aging_goes_first_and_once_admitted_its_class_spares_it() -> (
+    None
+):
+    # "long": 4 GPUs x 1000 x 60 s = 60,000 s alone; "short": 600 s, created
+    # 15 minutes before "long" has waited twice its length (so not aged
+    # itself). On 4 GPUs nobody sets the finish: least work first.
+    long, short = (
+        sized("long", 1000, "2026-01-01T00:00:00Z"),
+        sized("short", 10, "2026-01-02T09:05:00Z"),
+    )
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    aging = Grace(aging=2.0)
+    waiting = ["ns/long", "ns/short"]
+
+    def order(now: datetime, shares: Grace) -> list[str]:
+        size = sizes([long, short], 4, now, waiting, shares)
+        return [r.job for r in queue_order([gang_request(j, size[j.key]) for j in (short, long)])]
+
+    before = created + timedelta(seconds=119_999)
+    assert sizes([long, short], 4, before, waiting, aging)["ns/long"].aged_at is None
+    assert order(before, aging) == ["ns/short", "ns/long"]
+    # Twice its length waited: it goes first in its class, as a critical job.
+    at = created + timedelta(seconds=120_000)
+    size = sizes([long, short], 4, at, waiting, aging)
+    assert size["ns/long"].aged_at == at and size["ns/short"].aged_at is None
+    assert not size["ns/long"].critical and size["ns/long"].waiting_as is None
+    assert order(at, aging) == ["ns/long", "ns/short"]
+    # Off by default.
+    assert order(at, DEFAULT_GRACE) == ["ns/short", "ns/long"]
+    # Admitted after it aged, its pods report no size, so its class does not
+    # park it; admitted sooner, they report its size as before.
+    for admitted, spared in (("2026-01-02T09:20:00Z", True), ("2026-01-02T09:19:59Z", False)):
+        running = sized("long", 1000, "2026-01-01T00:00:00Z", admittedAt=admitted)
+        got = sizes([running, short], 4, at, ["ns/short"], aging)["ns/long"]
+        assert (got.aged_at is not None, got.reported == 0) == (spared, spared)
 
 
 def test_shipped_policy_admits_a_whole_gang_or_nothing() -> None:

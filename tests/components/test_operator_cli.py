@@ -45,6 +45,10 @@ def test_the_grace_shares_default_to_the_policys_and_refuse_a_negative(
     with pytest.raises(SystemExit):
         parse_args(["--top-grace", "-1"])
     assert "--top-grace: '-1' is not a share: give a number >= 0" in capsys.readouterr().err
+    assert args.aging == 0.0  # aging is off unless asked for
+    with pytest.raises(SystemExit):
+        parse_args(["--aging", "-2"])
+    assert "--aging: '-2' is not a share" in capsys.readouterr().err
 
 
 def _kubeconfig(tmp_path: Path) -> Path:
@@ -67,8 +71,9 @@ def _kubeconfig(tmp_path: Path) -> Path:
 
 def test_the_admitter_and_the_conductor_queue_by_the_grace_given(tmp_path: Path) -> None:
     args = ["--kubeconfig", str(_kubeconfig(tmp_path)), "--no-webhook", "--metrics-port", "0"]
-    runtime = build_runtime(parse_args([*args, "--top-grace", "0.5", "--class-grace", "0"]))
-    assert runtime.admitter.grace == Grace(top=0.5, between=0.0)
+    flags = ["--top-grace", "0.5", "--class-grace", "0", "--aging", "3"]
+    runtime = build_runtime(parse_args([*args, *flags]))
+    assert runtime.admitter.grace == Grace(top=0.5, between=0.0, aging=3.0)
     # The conductor reads the admitter's, so both see the same jobs in their grace.
     assert runtime.conductor is not None and runtime.conductor.admitter is runtime.admitter
 

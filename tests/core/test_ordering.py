@@ -16,9 +16,11 @@ from rlix.core.policy.ordering import (
     TOP_GRACE,
     Grace,
     Partners,
+    aging_s,
     critical_jobs,
     displaces,
     grace_s,
+    is_aged,
     is_critical,
     parse_share,
     planned_work_left,
@@ -259,6 +261,51 @@ def test_a_grace_share_that_is_not_a_number_at_least_zero_is_refused(bad: float)
         Grace(top=bad)
     with pytest.raises(ValueError, match="between share must be a number >= 0"):
         Grace(between=bad)
+
+
+def test_a_job_ages_after_waiting_its_share_of_its_expected_length() -> None:
+    aging = Grace(aging=2.0)
+    assert aging_s(1000.0, shares=aging) == 2000.0
+    assert not is_aged(1999.0, 1000.0, shares=aging)
+    assert is_aged(2000.0, 1000.0, shares=aging)
+    # Off by default, and a job of unknown length never ages.
+    assert aging_s(1000.0) == 0.0 and not is_aged(1e9, 1000.0)
+    assert not is_aged(1e9, 0.0, shares=aging)
+    # Aging leaves the classes alone (an aged job is ordered as a critical one).
+    assert precedence(0, 9, 0, 1e9, 1000.0, shares=aging) == 0
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
+def test_an_aging_share_that_is_not_a_number_at_least_zero_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="aging share must be a number >= 0"):
+        Grace(aging=bad)
+
+
+def _long_behind_a_stream() -> tuple[float, float, int]:
+    """One node, jobs that cannot share it: one three times as long as the
+    others arrives behind the first of ten short ones, each of which arrives
+    just before the one in front ends (so none of them waits long). Least work
+    first runs the long one last."""
+    shorts = [spec(f"t/s{i}", i, arrival=6000.0 * i, model="32b") for i in range(10)]
+    long = spec("t/long", 10, arrival=0.5, model="32b", iterations=60)
+    return mix_of(*shorts, long), expected_gpu_s(long) / long.gpus
+
+
+@pytest.mark.parametrize("aging", [1.0, 2.0])
+def test_an_aged_job_goes_first_in_its_class_and_is_not_parked_by_it(aging: float) -> None:
+    mix, length = _long_behind_a_stream()
+    plain = simulate(mix, rlix_scheduler())
+    aged = simulate(mix, rlix_scheduler(), SimConfig(grace=Grace(aging=aging)))
+    waited = {
+        k: (r.jct_s[-1] - r.alone_s[-1]) / length for k, r in (("plain", plain), ("aged", aged))
+    }
+    assert plain.preemptions == 0 and waited["plain"] > 3.0  # behind all ten
+    # It goes next once aged, after at most the short job then running (a
+    # third of its length), parking nobody; and the short jobs arriving while
+    # it runs (a third of its work, so ``displaces`` would let them) do not park it.
+    assert aged.preemptions == 0
+    assert aging <= waited["aged"] < aging + 0.5
+    assert aged.jct_mean_s > plain.jct_mean_s  # the price: the short ones wait
 
 
 def _top_arrives_behind(low_iterations: int):  # type: ignore[no-untyped-def]

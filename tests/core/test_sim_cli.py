@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rlix.cli import simulate
-from rlix.core.policy.ordering import CLASS_GRACE, DEFAULT_GRACE, STRICT
+from rlix.core.policy.ordering import CLASS_GRACE, DEFAULT_GRACE, STRICT, Grace
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -66,7 +66,8 @@ def test_the_grace_shares_reach_the_simulation_and_a_negative_is_refused(
     simulate.run_mix(parse("--jobs", "3", "--scheduler", "rlix", "--quiet"))
     simulate.run_mix(parse("--jobs", "3", "--scheduler", "rlix", "--quiet", "--class-grace", "0",
                            "--top-grace", "0"))  # fmt: skip
-    assert [c.grace for c in seen] == [DEFAULT_GRACE, STRICT]
+    simulate.run_mix(parse("--jobs", "3", "--scheduler", "rlix", "--quiet", "--aging", "2"))
+    assert [c.grace for c in seen] == [DEFAULT_GRACE, STRICT, Grace(aging=2.0)]
     assert strict.top_grace == 0.0 and strict.class_grace == CLASS_GRACE
     with pytest.raises(SystemExit):
         parse("--top-grace", "-1")

@@ -40,8 +40,9 @@ class GangRequest:
     priority: int
     arrival: float  # seconds or any monotonic sequence number
     pods: tuple[Workload, ...]
-    # Expected GPU-seconds of work left (0: unknown) and whether the job would
-    # set the finish if started later (``rlix.core.policy.ordering``).
+    # Expected GPU-seconds of work left (0: unknown) and whether the job goes
+    # first in its class: it would set the finish if started later, or it has
+    # aged (``rlix.core.policy.ordering``).
     work_left: float = 0.0
     critical: bool = False
 

@@ -40,6 +40,17 @@ grace: its class applies at once. The shares are settings (``Grace``: the
 operator's ``--top-grace`` and ``--class-grace``, ``SimConfig.grace``);
 ``STRICT`` has no grace at all.
 
+**Aging** (off by default, ``Grace.aging``: the operator's ``--aging``) is the
+other end of the wait. Least work first starves the longest jobs while shorter
+ones keep arriving: on the simulator's agentic mix RLix's p95 JCT is twice
+gang-binpack's. A sized waiting job that has waited ``aging`` times its
+expected length alone (``is_aged``) goes first in its class as a critical job
+does, and once it runs its class does not park it (``reported_left``). It
+parks nobody for it: a form that let it park its class (a one-off) churned,
+cost agentic 21% of its mean JCT for the same p95, and lost on small-lab. It
+buys the tail back with some of the mean (docs/simulator.md, "Aging"),
+which is a team's choice, hence a setting.
+
 Work is measured in expected GPU-seconds left (the job's GPUs x its expected
 alone seconds left, from what it declares, never from how a run will go: in
 the simulator its shape, on a cluster its RLJob's ``spec.iterations`` and
@@ -72,16 +83,20 @@ CLASS_GRACE = 2.0
 
 @dataclass(frozen=True, slots=True)
 class Grace:
-    """The grace's shares of a job's expected length alone: ``top`` for the
-    highest class present, ``between`` for every class between it and the
-    lowest. ``Grace(0, 0)`` (``STRICT``) makes classes strict from a job's
-    first second (the operator's ``--top-grace 0 --class-grace 0``)."""
+    """A waiting job's place over time, as shares of its expected length alone.
+
+    The grace: ``top`` for the highest class present, ``between`` for every
+    class between it and the lowest. ``Grace(0, 0)`` (``STRICT``) makes classes
+    strict from a job's first second (the operator's ``--top-grace 0
+    --class-grace 0``). ``aging``: after waiting this share a job goes first in
+    its class (0, the default: never)."""
 
     top: float = TOP_GRACE
     between: float = CLASS_GRACE
+    aging: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, share in (("top", self.top), ("between", self.between)):
+        for name, share in (("top", self.top), ("between", self.between), ("aging", self.aging)):
             if not (math.isfinite(share) and share >= 0):
                 raise ValueError(f"the grace's {name} share must be a number >= 0, got {share}")
 
@@ -128,6 +143,18 @@ def grace_s(
     return (shares.top if priority >= top else shares.between) * alone_s
 
 
+def aging_s(alone_s: float, *, shares: Grace = DEFAULT_GRACE) -> float:
+    """Seconds a waiting job waits before it has aged (``Grace.aging`` of its
+    expected length alone); 0: never (aging off, or an unknown length)."""
+    return shares.aging * alone_s if shares.aging > 0 and alone_s > 0 else 0.0
+
+
+def is_aged(waited_s: float, alone_s: float, *, shares: Grace = DEFAULT_GRACE) -> bool:
+    """Whether a job that waited ``waited_s`` has aged (``aging_s``)."""
+    span = aging_s(alone_s, shares=shares)
+    return span > 0 and waited_s >= span
+
+
 def precedence(
     priority: int,
     top: int,
@@ -149,7 +176,8 @@ def displaces(priority: int, work_left: float, their_priority: int, their_left: 
 
     Always from a lower class; inside its class only when both sizes are known
     and the other has more than ``DISPLACE_RATIO`` times its work left (a
-    critical job reports 0, unknown, so it is never displaced by its class).
+    critical or aged job reports 0, unknown, so it is never displaced by its
+    class).
     """
     if their_priority != priority:
         return their_priority < priority
@@ -168,7 +196,8 @@ def is_critical(alone_left_s: float, backlog_gpu_s: float, gpus: int) -> bool:
 
 def reported_left(work_left: float, critical: bool) -> float:
     """The work left a running job's pods show its class: none while it would
-    set the finish, so that no job of its class parks it (``displaces``)."""
+    set the finish, or once it has aged (pass ``critical or aged``), so that no
+    job of its class parks it (``displaces``)."""
     return 0.0 if critical else work_left
 
 

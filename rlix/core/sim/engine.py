@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from rlix.core.phases import Phase, shape_of
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
-from rlix.core.policy.ordering import Partners, class_key, critical_jobs, grace_s
+from rlix.core.policy.ordering import Partners, aging_s, class_key, critical_jobs, grace_s
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
 from rlix.core.policy.placement.sharing import (
     SharingRules,
@@ -43,7 +43,7 @@ from rlix.core.snapshot import PhaseLoad
 
 __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 
-SEGMENT, READY, ARRIVE, SAMPLE, GRACE_ENDS = 0, 1, 2, 3, 4
+SEGMENT, READY, ARRIVE, SAMPLE, GRACE_ENDS, AGED = 0, 1, 2, 3, 4, 5
 
 
 # (each pod's GPUs, largest first; peak per-GPU MiB)
@@ -182,6 +182,11 @@ class Simulation:
                 if run.waiting_as is not None and run.state is State.QUEUED:
                     run.waiting_as = None
                     self.dirty = True
+            elif kind == AGED:
+                run = self.runs[job]
+                if run.state is State.QUEUED:
+                    run.aged = True
+                    self.dirty = True
             elif version == self.runs[job].version:
                 if kind == SEGMENT:
                     self._segment_end(self.runs[job], t)
@@ -198,7 +203,9 @@ class Simulation:
 
     def _start_grace(self, run: Run, t: float) -> None:
         """Sized, an arriving job of a higher class than the lowest waits at
-        the lowest class's place until its grace ends (``ordering.grace_s``)."""
+        the lowest class's place until its grace ends (``ordering.grace_s``);
+        with aging on, one still waiting when it has aged goes first in its
+        class (``ordering.is_aged``)."""
         if not self.by_size:
             return
         alone_s = run.work_gpu_s / run.spec.gpus if run.spec.gpus else 0.0
@@ -206,6 +213,9 @@ class Simulation:
         if grace > 0:
             run.waiting_as = self.lowest
             self._push(t + grace, GRACE_ENDS, run.id)
+        aging = aging_s(alone_s, shares=self.config.grace)
+        if aging > 0:
+            self._push(t + aging, AGED, run.id)
 
     # -- job dynamics ----------------------------------------------------------
     def _ready(self, run: Run, t: float) -> None:
@@ -457,7 +467,8 @@ class Simulation:
             return (0.0, run.spec.arrival_s, run.id)
         if self.by_size:
             left, arrival = run.work_left(), run.spec.arrival_s
-            return (*class_key(run.priority, left, run.critical, arrival), run.id)
+            first = run.critical or run.aged
+            return (*class_key(run.priority, left, first, arrival), run.id)
         return (-run.spec.priority, run.spec.arrival_s, run.id)
 
     def _mark_critical(self, t: float) -> None:
@@ -664,7 +675,7 @@ class Simulation:
             run.spec.arrival_s,
             tuple(pods_of(run, t, self.cluster)),
             run.work_left(),
-            run.critical,
+            run.critical or run.aged,
         )
 
     def _try_place(self, run: Run, t: float) -> bool:

@@ -68,6 +68,9 @@ class Run:
     # lasts (None: its own; ``ordering.precedence``); cleared when it starts.
     # Its pods keep their own class: the sharing rules judge them by it.
     waiting_as: int | None = None
+    # Waited ``Grace.aging`` of its length while queued: it goes first in its
+    # class, and once running its class never parks it (``reported_left``).
+    aged: bool = False
     # (phase, state, placements) -> the pods as Workloads (see cluster.pods_of)
     pod_cache: tuple[tuple[object, ...], tuple[Workload, ...]] | None = None
 
@@ -88,8 +91,9 @@ class Run:
 
     def reported_left(self) -> float:
         """What the job's pods report as work left: withheld (0) while a
-        critical job holds GPUs, so its own class never parks it."""
-        return reported_left(self.work_left(), self.critical and self.state is not State.QUEUED)
+        critical or aged job holds GPUs, so its own class never parks it."""
+        held = self.state is not State.QUEUED
+        return reported_left(self.work_left(), (self.critical or self.aged) and held)
 
     def advance(self, t: float) -> None:
         self.progress = self.position(t)
