@@ -132,6 +132,34 @@ def test_pod_phase_annotations_are_aggregated_into_status(
     assert "phase" not in by_role["rollout"]  # its pod never reported one
 
 
+def test_a_trainer_seen_finished_before_its_last_phases_keeps_its_last_iteration(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    # The node agent publishes phases in the background and the kubelet writes
+    # the pod's phase on its own: a trainer that leaves training and exits can
+    # read Succeeded while its annotation still says training. The job waits
+    # for the late phase (reconciling.SETTLE_S) instead of losing the iteration.
+    example = ROOT / "examples" / "grpo-trl.yaml"
+    job = RLJob.model_validate(yaml.safe_load(example.read_text()))
+    cluster.kubectl("apply", "-n", namespace, "-f", str(example))
+    wait_state(cluster, namespace, job.name, "Running", operator)
+    trainer = f"{job.name}-policy-0"
+    _annotate_phase(cluster, namespace, trainer, "training")
+    wait_for(
+        "status.phase training",
+        lambda: status(cluster, namespace, job.name).get("phase") == "training",
+    )
+    cluster.kubectl(
+        "patch", "pod", trainer, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", '{"status":{"phase":"Succeeded"}}',
+    )  # fmt: skip
+    time.sleep(1.0)  # the publication arrives late
+    assert status(cluster, namespace, job.name).get("state") != "Succeeded"
+    _annotate_phase(cluster, namespace, trainer, "idle")
+    wait_state(cluster, namespace, job.name, "Succeeded", operator)
+    assert status(cluster, namespace, job.name)["iterations"] == 1
+
+
 def test_failed_pod_is_recreated_and_counted(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -32,7 +32,12 @@ from rlix.agent.preemption import Preemption, rfc3339
 from rlix.agent.publication import BackgroundPublisher
 from rlix.agent.rosters import Rosters
 from rlix.core import agent_protocol as proto
-from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_PHASE_SINCE
+from rlix.core.names import (
+    ANNOTATION_ITERATIONS,
+    ANNOTATION_NODE_GPUS,
+    ANNOTATION_PHASE,
+    ANNOTATION_PHASE_SINCE,
+)
 from rlix.core.phases import Phase
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,7 @@ class AgentServer:
         self._now = now
         self._mode = socket_mode
         self._phases: dict[str, tuple[Phase, str]] = {}  # pod uid -> (phase, since)
+        self._iterations: dict[str, int] = {}  # pod uid -> times it left training
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
@@ -268,13 +274,16 @@ class AgentServer:
                 return previous[1]  # same phase again: "since" does not move
             since = rfc3339(self._now())
             self._phases[uid] = (phase, since)
+            if previous is not None and previous[0] is Phase.TRAINING:
+                self._iterations[uid] = self._iterations.get(uid, 0) + 1
+            left_training = self._iterations.get(uid, 0)
         self.metrics.phases.enter(uid, pod.namespace, pod.name, phase)
         if pod.namespace:
-            self._publisher.pod(
-                pod.namespace,
-                pod.name,
-                {ANNOTATION_PHASE: phase.value, ANNOTATION_PHASE_SINCE: since},
-            )
+            notes = {ANNOTATION_PHASE: phase.value, ANNOTATION_PHASE_SINCE: since}
+            if left_training:
+                # Cumulative, so a publication that merges phases keeps the count.
+                notes[ANNOTATION_ITERATIONS] = str(left_training)
+            self._publisher.pod(pod.namespace, pod.name, notes)
         return since
 
     def _control_op(self, req: proto.Request) -> bytes:

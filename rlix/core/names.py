@@ -20,6 +20,10 @@ LABEL_JOB: Final = f"{GROUP}/job"
 LABEL_ROLE: Final = f"{GROUP}/role"
 ANNOTATION_PHASE: Final = f"{GROUP}/phase"
 ANNOTATION_PHASE_SINCE: Final = f"{GROUP}/phase-since"
+# How many times the pod's process has left `training`, as its node agent
+# counted (from the agent's start): a job's iterations survive a phase that
+# came and went between two publications or two reconciles.
+ANNOTATION_ITERATIONS: Final = f"{GROUP}/iterations"
 
 SCHEDULER_NAME: Final = "rlix-scheduler"
 

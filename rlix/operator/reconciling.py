@@ -24,6 +24,7 @@ from datetime import datetime
 
 from rlix.core import names
 from rlix.core.dra import pod_claim_names
+from rlix.core.phases import Phase
 from rlix.core.rljob import (
     CONDITION_ADMITTED,
     CONDITION_FAILED,
@@ -53,6 +54,13 @@ log = logging.getLogger("rlix.operator")
 # A pod whose claim cannot be written yet (its node's slice not published yet)
 # is tried again this much later.
 CLAIM_RETRY_S = 2.0
+# A trainer that exits right after leaving training (its last weight sync, then
+# idle) can be seen Succeeded before its node agent's publication of those
+# phases lands: the agent publishes in the background, the kubelet writes the
+# pod's phase on its own. Finishing the job then would lose its last
+# iteration, so a job whose finished trainers still read `training` waits
+# this long for their last phases before it is written Succeeded.
+SETTLE_S = 10.0
 
 ACTIVE = (JobState.ADMITTED, JobState.RUNNING)
 FINISHED = (JobState.SUCCEEDED, JobState.FAILED)
@@ -87,6 +95,9 @@ class Reconciler:
     _recheck: dict[str, float] = field(default_factory=dict)
     _failures_seen: set[str] = field(default_factory=set)  # pod uids counted already
     _claims_deleted: set[str] = field(default_factory=set)  # "ns/claim" of finished jobs
+    # job -> monotonic: when its trainers were first seen finished while still
+    # reading `training` (``SETTLE_S``)
+    _settling: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._prerequisites = Prerequisites(self.kube, self.recorder)
@@ -116,6 +127,20 @@ class Reconciler:
             # write, or an older operator that wrote the status first.
             await self._delete_pods(job)
         self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+
+    def _settles(self, key: str, trainers: list[PodView]) -> bool:
+        """Whether a finished job waits for its trainers' last phases (``SETTLE_S``);
+        it is looked at again when they land or the wait is over."""
+        if not any(v.phase is Phase.TRAINING for v in trainers):
+            self._settling.pop(key, None)
+            return False
+        now = time.monotonic()
+        since = self._settling.setdefault(key, now)
+        if now - since >= SETTLE_S:
+            self._settling.pop(key, None)
+            return False
+        self._recheck[key] = since + SETTLE_S
+        return True
 
     async def _invalid(self, key: str, errors: list[FieldError]) -> None:
         """A spec the webhook would refuse (it was down, or the cluster shrank)."""
@@ -154,6 +179,8 @@ class Reconciler:
         views = [PodView.of(b) for b in pods.values()]
         trainers = [v for v in views if _is_trainer(job, v.role)]
         finished = bool(trainers) and all(v.pod_phase == "Succeeded" for v in trainers)
+        if finished and self._settles(job.key, trainers):
+            return
         refusal = None
         # A finished job's missing pods are not created again: finishing deletes
         # them before it writes Succeeded (below), and after a crash in between

@@ -50,6 +50,8 @@ class PodView:
     ready: bool
     phase: Phase | None
     phase_since: datetime | None
+    # Times its process left training, as its node agent counted (None: not said).
+    iterations: int | None = None
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> PodView:
@@ -68,7 +70,15 @@ class PodView:
             ready=ready,
             phase=Phase.parse(notes.get(names.ANNOTATION_PHASE)),
             phase_since=parse_time(notes.get(names.ANNOTATION_PHASE_SINCE)),
+            iterations=_count(notes.get(names.ANNOTATION_ITERATIONS)),
         )
+
+
+def _count(text: str | None) -> int | None:
+    """A non-negative count from an annotation (None: absent or not a count)."""
+    if text is None or not text.isdigit():
+        return None
+    return int(text)
 
 
 def role_phase(pods: Sequence[PodView]) -> Phase | None:
@@ -119,6 +129,12 @@ def observe(
             # every RL loop (PPO, GRPO, DPO-style) passes through exactly once.
             update["iterations"] = previous.iterations + 1
         update.update(phase=phase, phase_since=rfc3339(since), phase_seconds=seconds)
+    # The agents' counts catch a training phase that came and went between two
+    # looks (publications merge, reconciles can lag); they restart with an
+    # agent, so they only ever raise the count, by the slowest trainer's.
+    counted = [p.iterations for p in trainers if p.iterations is not None]
+    if counted and min(counted) > update.get("iterations", previous.iterations):
+        update["iterations"] = min(counted)
     return previous.model_copy(update=update)
 
 

@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 
 from rlix.core import agent_protocol as proto
-from rlix.core.names import ANNOTATION_NODE_GPUS, ANNOTATION_PHASE, ANNOTATION_PHASE_SINCE
+from rlix.core.names import (
+    ANNOTATION_ITERATIONS,
+    ANNOTATION_NODE_GPUS,
+    ANNOTATION_PHASE,
+    ANNOTATION_PHASE_SINCE,
+)
 from tests.support.agent_fakes import AgentProcess, exchange
 
 # tgkill(2): a signal to one thread of a process (not in the os module).
@@ -117,6 +122,16 @@ def test_phase_report_becomes_pod_annotations(agent: AgentProcess) -> None:
         assert ann[ANNOTATION_PHASE_SINCE] == since
         # Same phase again: "since" does not move.
         assert pod.send('{"v":1,"id":2,"op":"phase","phase":"rollout"}').body["since"] == since
+        assert ANNOTATION_ITERATIONS not in ann  # it has not trained yet
+        # Leaving training is counted, cumulatively, beside the phase.
+        for i, phase in enumerate(("training", "weight-sync", "rollout", "training", "idle")):
+            assert pod.send(f'{{"v":1,"id":{3 + i},"op":"phase","phase":"{phase}"}}').ok
+
+        def counted() -> bool:
+            ann = agent.published().get(("pod", "team-a/trainer-0"), {})
+            return ann.get(ANNOTATION_PHASE) == "idle" and ann.get(ANNOTATION_ITERATIONS) == "2"
+
+        _wait_for(counted)
     finally:
         pod.close()
 

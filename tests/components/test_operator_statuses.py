@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -78,6 +79,36 @@ def test_trainer_transitions_count_iterations_and_time(
     assert status.phase is sequence[-1]
     assert status.iterations == iterations
     assert status.phase_seconds == seconds
+
+
+def test_the_agents_count_catches_a_training_phase_seen_by_nobody() -> None:
+    # Rollout, then weight sync: the training in between came and went between
+    # two looks. The agent counted the exit; the trainer's transitions did not.
+    def looked(status: RLJobStatus, phase: Phase, minute: int, counted: int | None) -> RLJobStatus:
+        since = T0 + timedelta(minutes=minute)
+        view = replace(pod("p", "policy", phase, since), iterations=counted)
+        return observe(status, SPEC, [view], since)
+
+    status = looked(RLJobStatus(), Phase.ROLLOUT, 0, None)
+    status = looked(status, Phase.WEIGHT_SYNC, 2, 1)
+    assert status.iterations == 1
+    # Seen as well, it is not counted twice.
+    seen = looked(looked(RLJobStatus(), Phase.TRAINING, 0, None), Phase.WEIGHT_SYNC, 1, 1)
+    assert seen.iterations == 1
+    # An agent that restarted counts from 0 again: the count only ever rises.
+    restarted = looked(status.model_copy(update={"iterations": 5}), Phase.ROLLOUT, 3, 1)
+    assert restarted.iterations == 5
+    # Two trainers: the slower one's count.
+    views = [
+        replace(pod("p0", "policy", Phase.ROLLOUT, T0), iterations=3),
+        replace(pod("p1", "policy", Phase.ROLLOUT, T0), iterations=2),
+    ]
+    assert observe(RLJobStatus(), SPEC, views, T0).iterations == 2
+    # The annotation as the agent writes it, and what is not a count.
+    body = {"metadata": {"annotations": {"rlix.io/iterations": "4"}}}
+    assert PodView.of(body).iterations == 4
+    body["metadata"]["annotations"]["rlix.io/iterations"] = "-1"
+    assert PodView.of(body).iterations is None
 
 
 def test_same_phase_again_changes_nothing() -> None:
