@@ -101,13 +101,19 @@ def _annotate_phase(cluster: Any, namespace: str, pod: str, phase: str) -> None:
     )  # fmt: skip
 
 
-def test_pod_phase_annotations_are_aggregated_into_status(
-    cluster: Any, namespace: str, operator: OperatorProcess
-) -> None:
+def _running_example(cluster: Any, namespace: str, operator: OperatorProcess) -> RLJob:
+    """examples/grpo-trl.yaml applied and Running."""
     example = ROOT / "examples" / "grpo-trl.yaml"
     job = RLJob.model_validate(yaml.safe_load(example.read_text()))
     cluster.kubectl("apply", "-n", namespace, "-f", str(example))
     wait_state(cluster, namespace, job.name, "Running", operator)
+    return job
+
+
+def test_pod_phase_annotations_are_aggregated_into_status(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    job = _running_example(cluster, namespace, operator)
     trainer = f"{job.name}-policy-0"
     for phase in ("rollout", "training", "weight-sync"):
         started = time.monotonic()
@@ -139,10 +145,7 @@ def test_a_trainer_seen_finished_before_its_last_phases_keeps_its_last_iteration
     # the pod's phase on its own: a trainer that leaves training and exits can
     # read Succeeded while its annotation still says training. The job waits
     # for the late phase (reconciling.SETTLE_S) instead of losing the iteration.
-    example = ROOT / "examples" / "grpo-trl.yaml"
-    job = RLJob.model_validate(yaml.safe_load(example.read_text()))
-    cluster.kubectl("apply", "-n", namespace, "-f", str(example))
-    wait_state(cluster, namespace, job.name, "Running", operator)
+    job = _running_example(cluster, namespace, operator)
     trainer = f"{job.name}-policy-0"
     _annotate_phase(cluster, namespace, trainer, "training")
     wait_for(
@@ -163,10 +166,7 @@ def test_a_trainer_seen_finished_before_its_last_phases_keeps_its_last_iteration
 def test_failed_pod_is_recreated_and_counted(
     cluster: Any, namespace: str, operator: OperatorProcess
 ) -> None:
-    example = ROOT / "examples" / "grpo-trl.yaml"
-    job = RLJob.model_validate(yaml.safe_load(example.read_text()))
-    cluster.kubectl("apply", "-n", namespace, "-f", str(example))
-    wait_state(cluster, namespace, job.name, "Running", operator)
+    job = _running_example(cluster, namespace, operator)
     victim = f"{job.name}-rollout-0"
     old_uid = get_json(cluster, "pod", victim, "-n", namespace)["metadata"]["uid"]
     cluster.kubectl(

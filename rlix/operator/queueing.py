@@ -127,7 +127,8 @@ def sizes(
         if created is None or job.spec.gpus <= 0:
             continue
         if job.key not in queued:
-            admitted = parse_time(job.status.admitted_at)
+            # Only aging asks how long an admitted job waited.
+            admitted = parse_time(job.status.admitted_at) if grace.aging else None
             if admitted is None:
                 continue
             alone = _declared_alone_s(job)
