@@ -8,8 +8,10 @@ import pytest
 
 from rlix.core.phases import Shape
 from rlix.core.policy.placement.sharing import SharingRules, pair_rates
+from rlix.core.sim import hardware as hw
 from rlix.core.sim.interference import DEFAULT, SHAPES, Interference
 from rlix.core.sim.metrics import pair_ceiling
+from rlix.core.sim.mixes import make_mix
 from rlix.core.sim.pairing import pairing_factor, pod_kinds
 from rlix.core.sim.workload import JobSpec, profile_for
 from tests.core.test_sim_helpers import spec
@@ -77,3 +79,25 @@ def test_work_is_pod_gpus_times_alone_seconds() -> None:
     work, owners = pod_kinds([(job, 100.0)])
     assert sum(work.values()) == pytest.approx(8 * 100.0)
     assert all(o == {0} for o in owners.values())
+
+
+def test_a_pair_counts_only_where_both_peaks_fit_one_gpu() -> None:
+    # Both pods stay resident whether they drift or take turns, so the pair
+    # needs both peaks at once, as the partner test (kinds_may_pair) asks.
+    # A colocated 14B job sits at 18,478 MiB per GPU in weight sync and 71,886
+    # in rollout; a 32B job's rollout pod holds 71,886 throughout: their
+    # smallest phases fit one H200 together, their peaks miss by 1 MiB, and
+    # the matrix alone would call the pair paying (0.67 + 0.67 GPUs).
+    jobs = make_mix("disaggregated", seed=0).jobs
+    dis = next(j for j in jobs if j.model == "32b" and j.rollout_gpus)
+    col14 = next(j for j in jobs if j.model == "14b" and not j.rollout_gpus)
+    rollout = profile_for(dis).pod_memory_mib("rollout")
+    ref = profile_for(col14).pod_memory_mib("actor-rollout-ref")
+    assert min(ref.values()) + max(rollout.values()) <= hw.H200_MEMORY_MIB
+    assert max(ref.values()) + max(rollout.values()) == hw.H200_MEMORY_MIB + 1
+    assert pairing_factor([(dis, 1000.0), (col14, 1000.0)], DEFAULT) == 1.0
+    assert pair_ceiling([dis, col14], DEFAULT) == 1.0
+    # A colocated 7B job peaks at 41,071 MiB: beside the same pod, it counts.
+    col7 = next(j for j in jobs if j.model == "7b" and not j.rollout_gpus)
+    assert pairing_factor([(dis, 1000.0), (col7, 1000.0)], DEFAULT) > 1.0
+    assert pair_ceiling([dis, col7], DEFAULT) > 1.3

@@ -423,13 +423,14 @@ def pair_ceiling(
     Rule 5's own expectation (``sharing.pair_rates``: two cycles drifting
     independently, or taking turns under the phase gate where both pods idle
     part of their cycle; each pod's declared load profile) over every pair of
-    pod kinds in ``jobs`` that fit one GPU's memory together in their smallest
-    phases; 1 where no pair beats running them one after the other. Pods, not
-    jobs, meet on a GPU: a colocated job's pods carry the job's profile, a
-    disaggregated job's rollout and trainer pods each their own (idle while the
-    other pool works), so the pairs judged are the real ones; two pods of one
-    job never pair (``pairing.paying_pairs``). An estimate for the policy class
-    "at most two jobs per GPU, one class", not a proof (docs/simulator.md).
+    pod kinds in ``jobs`` that fit one GPU's memory together at their peaks
+    (both stay resident through every phase); 1 where no pair beats running
+    them one after the other. Pods, not jobs, meet on a GPU: a colocated
+    job's pods carry the job's profile, a disaggregated job's rollout and
+    trainer pods each their own (idle while the other pool works), so the
+    pairs judged are the real ones; two pods of one job never pair
+    (``pairing.paying_pairs``). An estimate for the policy class "at most two
+    jobs per GPU, one class", not a proof (docs/simulator.md).
     """
     work, owners = pod_kinds((s, 1.0) for s in jobs)
     pairs = paying_pairs(sorted(work, key=repr), owners, interference, memory_mib)

@@ -8,13 +8,15 @@ trainer or rollout pods never fit one GPU together, while the 1.5B and 7B
 pods pair with everything), that partner runs out long before the work does.
 
 **The programme.** Pod kinds k (priority, declared load profile, iteration
-length, smallest-phase memory, as in ``pair_ceiling``) carry work W_k: the
+length, peak memory, as in ``pair_ceiling``) carry work W_k: the
 GPU-seconds their pods need alone (pod GPUs x the job's alone seconds). A
 GPU-second spent on pair (k, l) advances k by r_k and l by r_l, rule 5's own
-expectation (``sharing.pair_rates``), where the two fit one GPU's memory in
-their smallest phases, are of one class, and deliver more than one GPU
-(``r_k + r_l > 1``); a GPU-second alone advances its kind by 1. The least
-total GPU-time that covers every kind's work,
+expectation (``sharing.pair_rates``), where the two fit one GPU's memory at
+their peaks (both stay resident whether they drift or take turns under the
+gate, so the GPU must hold both; ``sharing.kinds_may_pair`` asks the same),
+are of one class, and deliver more than one GPU (``r_k + r_l > 1``); a
+GPU-second alone advances its kind by 1. The least total GPU-time that
+covers every kind's work,
 
     minimise  sum_p x_p + sum_k y_k
     s.t.      sum_{p containing k} r_k(p) x_p + y_k >= W_k   for every kind k,
@@ -42,7 +44,7 @@ from rlix.core.sim.interference import Interference
 from rlix.core.sim.workload import JobSpec, profile_for
 from rlix.core.snapshot import PhaseLoad
 
-# (priority, declared load profile, iteration seconds, smallest-phase MiB)
+# (priority, declared load profile, iteration seconds, peak MiB per GPU)
 PodKind = tuple[int, tuple[PhaseLoad, ...], float, int]
 
 
@@ -60,7 +62,7 @@ def pod_kinds(
                 spec.priority,
                 p.pod_load_profile(role),
                 p.iteration_s,
-                min(p.pod_memory_mib(role).values()),
+                max(p.pod_memory_mib(role).values()),
             )
             work[kind] += gpus * alone_s
             owners[kind].add(index)
