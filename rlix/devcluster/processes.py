@@ -46,14 +46,40 @@ def free_ports(count: int) -> list[int]:
     connections (to etcd, the API server) could take the port; CI saw exactly
     that ("address already in use" for the extender). Ports below the ephemeral
     range are never handed out that way. All candidates are held open together
-    until every one is chosen, so no number is returned twice.
+    until every one is chosen, so no number is returned twice in one call, and
+    no port this process handed out before is offered again while others are
+    left (``_HANDED_OUT``).
     """
     low, _ = _ephemeral_range()
     span = range(_FIRST_PORT, max(low, _FIRST_PORT + 1000))
+    fresh = [p for p in span if p not in _HANDED_OUT]
+    try:
+        chosen = _bind_free(fresh, count)
+    except RuntimeError:
+        if len(fresh) == len(span):
+            raise
+        # Too few left that were never handed out: start the round again
+        # (those handed out long ago are bound by now, or given back).
+        _HANDED_OUT.clear()
+        chosen = _bind_free(list(span), count)
+    _HANDED_OUT.update(chosen)
+    return chosen
+
+
+# Ports free_ports() handed out in this process. A port is bound by its
+# component some time after it is chosen (an e2e extender's only after its
+# cluster is up, and the cluster picks six ports of its own in between);
+# until then it looks free and could be handed out again. CI saw an extender
+# find its port taken when it started.
+_HANDED_OUT: set[int] = set()
+
+
+def _bind_free(candidates: list[int], count: int) -> list[int]:
+    """``count`` of ``candidates``, at random, each bound (free) at the moment."""
     rng = random.Random()
     sockets: list[socket.socket] = []
     try:
-        for port in rng.sample(span, len(span)):
+        for port in rng.sample(candidates, len(candidates)):
             if len(sockets) == count:
                 break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -64,7 +90,8 @@ def free_ports(count: int) -> list[int]:
                 continue
             sockets.append(s)
         if len(sockets) < count:
-            raise RuntimeError(f"only {len(sockets)} of {count} free ports below {span.stop}")
+            top = max(candidates, default=0) + 1
+            raise RuntimeError(f"only {len(sockets)} of {count} free ports below {top}")
         return [int(s.getsockname()[1]) for s in sockets]
     finally:
         for s in sockets:

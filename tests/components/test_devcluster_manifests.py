@@ -56,6 +56,26 @@ def test_free_ports_are_distinct() -> None:
     assert not any(processes.port_in_use(p) for p in ports)
 
 
+def test_a_port_handed_out_is_not_offered_again_before_it_is_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A component binds its port some time after it is chosen (an e2e
+    # extender's only once its cluster is up, and the cluster picks ports of
+    # its own in between). Until then the port looks free; a second call must
+    # still not hand it out while other ports are left.
+    first, left = sorted(processes.free_ports(2))
+    span = range(first, max(left + 1, first + 1000))
+    monkeypatch.setattr(processes, "_FIRST_PORT", first)
+    monkeypatch.setattr(processes, "_ephemeral_range", lambda: (span.stop, 65535))
+    # Every port of the span handed out but one (the others are free or not).
+    monkeypatch.setattr(processes, "_HANDED_OUT", set(span) - {left})
+    assert processes.free_port() == left
+    # Now all are: the round starts again rather than fail.
+    assert left in processes._HANDED_OUT
+    assert processes.free_port() in span
+    assert len(processes._HANDED_OUT) == 1
+
+
 def test_free_ports_stay_out_of_the_ephemeral_range() -> None:
     """Outgoing connections take source ports from the ephemeral range; a port
     chosen there can be taken before the component binds it (seen in CI)."""
