@@ -101,6 +101,14 @@ def _annotate_phase(cluster: Any, namespace: str, pod: str, phase: str) -> None:
     )  # fmt: skip
 
 
+def _set_pod_phase(cluster: Any, namespace: str, pod: str, phase: str) -> None:
+    """Write the pod's status.phase, as its kubelet would."""
+    cluster.kubectl(
+        "patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", f'{{"status":{{"phase":"{phase}"}}}}',
+    )  # fmt: skip
+
+
 def _running_example(cluster: Any, namespace: str, operator: OperatorProcess) -> RLJob:
     """examples/grpo-trl.yaml applied and Running."""
     example = ROOT / "examples" / "grpo-trl.yaml"
@@ -152,10 +160,7 @@ def test_a_trainer_seen_finished_before_its_last_phases_keeps_its_last_iteration
         "status.phase training",
         lambda: status(cluster, namespace, job.name).get("phase") == "training",
     )
-    cluster.kubectl(
-        "patch", "pod", trainer, "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", '{"status":{"phase":"Succeeded"}}',
-    )  # fmt: skip
+    _set_pod_phase(cluster, namespace, trainer, "Succeeded")
     time.sleep(1.0)  # the publication arrives late
     assert status(cluster, namespace, job.name).get("state") != "Succeeded"
     _annotate_phase(cluster, namespace, trainer, "idle")
@@ -169,10 +174,7 @@ def test_failed_pod_is_recreated_and_counted(
     job = _running_example(cluster, namespace, operator)
     victim = f"{job.name}-rollout-0"
     old_uid = get_json(cluster, "pod", victim, "-n", namespace)["metadata"]["uid"]
-    cluster.kubectl(
-        "patch", "pod", victim, "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", '{"status":{"phase":"Failed"}}',
-    )  # fmt: skip
+    _set_pod_phase(cluster, namespace, victim, "Failed")
 
     def recreated() -> bool:
         found = [p for p in pods(cluster, namespace, job.name) if p["metadata"]["name"] == victim]

@@ -74,8 +74,8 @@ class AgentServer:
         self.preemption = preemption
         self._now = now
         self._mode = socket_mode
-        self._phases: dict[str, tuple[Phase, str]] = {}  # pod uid -> (phase, since)
-        self._iterations: dict[str, int] = {}  # pod uid -> times it left training
+        # pod uid -> (phase, since, times it left training)
+        self._phases: dict[str, tuple[Phase, str, int]] = {}
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
@@ -273,10 +273,10 @@ class AgentServer:
             if previous is not None and previous[0] is phase:
                 return previous[1]  # same phase again: "since" does not move
             since = rfc3339(self._now())
-            self._phases[uid] = (phase, since)
+            left_training = 0 if previous is None else previous[2]
             if previous is not None and previous[0] is Phase.TRAINING:
-                self._iterations[uid] = self._iterations.get(uid, 0) + 1
-            left_training = self._iterations.get(uid, 0)
+                left_training += 1
+            self._phases[uid] = (phase, since, left_training)
         self.metrics.phases.enter(uid, pod.namespace, pod.name, phase)
         if pod.namespace:
             notes = {ANNOTATION_PHASE: phase.value, ANNOTATION_PHASE_SINCE: since}
@@ -336,7 +336,9 @@ class AgentServer:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            phases = {uid: {"phase": p.value, "since": s} for uid, (p, s) in self._phases.items()}
+            phases = {
+                uid: {"phase": p.value, "since": s} for uid, (p, s, _) in self._phases.items()
+            }
         suspended = {
             uid: {str(pid): m.to_doc() for pid, m in rec.processes.items()}
             for uid, rec in dict(self.preemption.suspended).items()

@@ -115,6 +115,7 @@ class Reconciler:
 
     async def reconcile(self, key: str) -> None:
         if key not in self.store.jobs:
+            self._settling.pop(key, None)  # deleted while it settled
             return
         started = time.perf_counter()
         job, errors = self.store.job(key)
