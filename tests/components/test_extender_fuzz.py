@@ -70,8 +70,12 @@ def check(verb: str, r: httpx.Response, names: list[str] | None = None) -> Any:
                 | set(body["FailedNodes"])
                 | set(body["FailedAndUnresolvableNodes"])
             )
-            assert answered == set(names)
-            assert set(body["NodeNames"]) <= set(names)
+            assert answered <= set(names)
+            # The filter passes on only the fitting nodes RLix scores best and
+            # leaves the other fitting ones out (handlers.do_filter); when none
+            # fits, every node gets its reason.
+            if not body["NodeNames"]:
+                assert answered == set(names)
     elif verb == "prioritize":
         assert all(0 <= h["Score"] <= 10 for h in body)
         if names is not None:
