@@ -176,6 +176,20 @@ def rows_for(runs: Runs) -> list[Row]:
             None,
             "{:.1f}",
         ),
+        Row(
+            "held GPU time over physical memory %, open",
+            "lower",
+            _open(lambda r: 100 * r.over_memory),
+            None,
+            "{:.2f}",
+        ),
+        Row(
+            "held GPU time over physical memory %, closed",
+            "lower",
+            _closed(lambda r: 100 * r.over_memory),
+            None,
+            "{:.2f}",
+        ),
         Row("preemptions, open", "lower", _open(lambda r: float(r.preemptions)), None, "{:.0f}"),
         Row("rebalances, open", "lower", _open(lambda r: float(r.rebalances)), None, "{:.0f}"),
         Row(
@@ -445,7 +459,7 @@ def _summary(r: SimResult) -> dict[str, Any]:
         "closed_per_h": r.closed_per_h, "jct_mean_s": r.jct_mean_s, "jct_p95_s": r.jct_p95_s,
         "by_class": {str(p): v for p, v in r.by_class().items()},
         "top_stretch": r.top_stretch, "categories": r.categories(), "gpu_idle": r.gpu_idle,
-        "preemptions": r.preemptions, "rebalances": r.rebalances,
+        "preemptions": r.preemptions, "rebalances": r.rebalances, "over_memory": r.over_memory,
         "lost_work_gpu_h": r.lost_work_gpu_h, "events": r.events,
     }  # fmt: skip
 

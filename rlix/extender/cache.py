@@ -50,7 +50,7 @@ class ClusterCache:
     """Nodes and bound pods, keyed the way the scheduler names them."""
 
     def __init__(self, rules: SharingRules = DEFAULT_RULES) -> None:
-        """``rules``: who may share a GPU with whom (``--interference`` adds rules 4-5)."""
+        """``rules``: who may share a GPU with whom (``--interference`` adds rules 4-6)."""
         self.rules = rules
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {}

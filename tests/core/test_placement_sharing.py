@@ -17,6 +17,7 @@ from rlix.core.policy.placement.sharing import (
     SharingRules,
     cells_of,
     expected_rates,
+    joinable,
     kinds_may_pair,
     pair_kind,
 )
@@ -413,6 +414,39 @@ def test_two_jobs_are_partners_where_some_pods_of_each_may_share_a_gpu() -> None
     assert not kinds_may_pair(DEFAULT_RULES, mine, theirs, gpu_mib=141 * GiB)
     one = replace(free, max_jobs_per_gpu=1)
     assert not kinds_may_pair(one, mine, theirs, gpu_mib=141 * GiB)
+
+
+def test_with_a_matrix_a_pod_joins_only_where_both_peaks_fit_the_gpu() -> None:
+    # The resident trains at 10 GiB and syncs weights at 10 GiB next, so the
+    # filter's reservation (current and next phase) leaves room for a 50 GiB
+    # pod; but it rolls out at 50 GiB once per iteration, and 50 + 50 is over
+    # the 80 GiB GPU: the pair would overflow it within one iteration (the
+    # disaggregated mix's colocated 14B job beside a 32B rollout pod, 1 MiB
+    # over an H200, held up to 1.1% of the simulator's open GPU-time so).
+    free = SharingRules(cells_of({a: dict.fromkeys(Shape, 0.0) for a in Shape}))
+    resident = (
+        pod("a-0")
+        .job("a")
+        .memory(training=10 * GiB, weight_sync=10 * GiB, rollout=50 * GiB)
+        .phase("training")
+        .on("n", 0)
+    )
+    snap = cluster().with_nodes(node("n").gpus(1, mib=80 * GiB)).with_pods(resident).build()
+
+    def newcomer(peak_gib: int) -> Workload:
+        return pod("new").job("new").memory(rollout=peak_gib * GiB).build()
+
+    matrix = PlacementView(snap, rules=free)
+    assert filter_nodes(matrix, newcomer(50), ["n"]).feasible == []
+    assert filter_nodes(matrix, newcomer(30), ["n"]).feasible == ["n"]  # 50 + 30 fits
+    # The cluster's rules (no matrix) keep phase complementarity: the pod is
+    # let in on the reservation, and the conductor parks one of the two if
+    # their peaks meet (its rule 3, physical HBM).
+    assert filter_nodes(PlacementView(snap), newcomer(50), ["n"]).feasible == ["n"]
+    # A parked resident holds no peak on the GPU.
+    parked = cluster().with_nodes(node("n").gpus(1, mib=80 * GiB))
+    parked = parked.with_pods(resident.suspended()).build()
+    assert joinable(free, newcomer(50), parked.workloads, gpu_mib=80 * GiB)
 
 
 def test_declared_seconds_become_shares_at_full_pressure_and_idle_at_none() -> None:

@@ -355,3 +355,19 @@ def test_with_a_matrix_the_jobs_that_would_outlast_their_partners_go_first() -> 
     assert plain.partners is None
     plain._mark_critical(0.0)
     assert not any(r.critical for r in plain.runs)
+
+
+def test_memory_over_the_gpu_is_measured_and_rlix_s_rules_leave_none() -> None:
+    # The engine does not play out what a GPU over its memory would do (an
+    # OOM, or the conductor parking one of the pair); the recorder measures
+    # how often it happens. The first 20 jobs of the disaggregated mix: with
+    # the cluster's rules (no matrix) a pod is let in on a resident's current
+    # and next phase and meets its peak later; the rules with a matrix ask
+    # that both peaks fit ("sharing.joinable"), so nothing is ever over.
+    mix = make_mix("disaggregated", seed=0)
+    mix = replace(mix, jobs=mix.jobs[:20])
+    by_phase = simulate(mix, rlix_scheduler(None), SimConfig(seed=0))
+    by_peaks = simulate(mix, rlix_scheduler(DEFAULT), SimConfig(seed=0))
+    assert by_phase.jobs == by_peaks.jobs == 20
+    assert by_phase.over_memory > 0.005
+    assert by_peaks.over_memory == 0.0

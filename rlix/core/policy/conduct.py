@@ -277,7 +277,7 @@ def _fits_back(
             need[(w.node, i)] = need.get((w.node, i), 0) + w.memory_in(w.phase)
             if rules is not None:
                 others = [r for r in _resident(trial, w.node, i) if r.job != w.job]
-                if others and not joinable(rules, w, others):
+                if others and not joinable(rules, w, others, _gpu_memory(trial, w.node, i)):
                     return False
     for (node, i), mib in need.items():
         used = sum(r.memory_in(r.phase) for r in _resident(trial, node, i))

@@ -95,6 +95,10 @@ class SimResult:
     held_gpu_s: float = 0.0  # GPU-seconds with at least one pod on the GPU
     empty_waiting_gpu_s: float = 0.0  # GPU-seconds empty while a job was queued or parked
     empty_idle_gpu_s: float = 0.0  # GPU-seconds empty with nothing waiting
+    # Share of the sampled held GPUs whose running residents' memory in their
+    # current phases exceeded the GPU (a real GPU: an OOM, or parking by the
+    # conductor's rule 3, neither of which the engine plays out).
+    over_memory: float = 0.0
     max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
     pool_idle_gpu_s: float = 0.0  # disaggregated pools idle while the other pool works
     # What the rollout tails could lend at best (``Timeline.lendable_gpu_s``):
@@ -178,6 +182,8 @@ class Recorder:
     empty_waiting_gpu_s: float = 0.0
     empty_idle_gpu_s: float = 0.0
     pool_idle_gpu_s: float = 0.0
+    held_samples: int = 0
+    over_memory_samples: int = 0
     last_t: float = 0.0
     alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
     net_by_job: dict[int, float] = field(default_factory=dict)  # the bound's W, per job
@@ -221,8 +227,9 @@ class Recorder:
         self.alone_by_job[run.id] = alone + run.profile.first_load_s
         self.critical_s = max(self.critical_s, run.spec.arrival_s + alone)
 
-    def _job_state(self, run: Run, t: float) -> tuple[float, int]:
-        """(delivered demand, owed MiB per GPU) of a resident job at ``t``.
+    def _job_state(self, run: Run, t: float) -> tuple[float, int, int]:
+        """(delivered demand, owed MiB per GPU, MiB per GPU held now) of a
+        resident job at ``t``.
 
         Demand is scaled by the job's progress rate: a job slowed to half speed by
         a co-runner delivers half its work, and counting its full demand would
@@ -230,36 +237,37 @@ class Recorder:
         """
         mem = run.profile.memory_mib
         if run.state is not State.RUNNING or run.timeline is None:
-            return 0.0, max(mem.values())
+            return 0.0, max(mem.values()), 0
         seg = run.segment_at(t)
         phase = ITERATION_PHASES[seg % SEGMENTS_PER_ITERATION]
         coming = ITERATION_PHASES[(seg + 1) % SEGMENTS_PER_ITERATION]
         rate = run.rate if run.stepping else 1.0
-        return run.timeline.demands[seg] * rate, max(mem[phase], mem[coming])
+        return run.timeline.demands[seg] * rate, max(mem[phase], mem[coming]), mem[phase]
 
-    def _pod_state(self, run: Run, pod: int, t: float) -> tuple[float, int]:
-        """(delivered demand, owed MiB per GPU) of a disaggregated job's pod at ``t``:
-        its constant resident memory, and demand only while its pool works."""
+    def _pod_state(self, run: Run, pod: int, t: float) -> tuple[float, int, int]:
+        """(delivered demand, owed MiB per GPU, MiB held now) of a disaggregated
+        job's pod at ``t``: its constant resident memory, and demand only while
+        its pool works."""
         owed = run.profile.role_memory_mib[run.spec.pod_roles[pod]]
         if run.state is not State.RUNNING or run.timeline is None:
-            return 0.0, owed
+            return 0.0, owed, 0
         seg = run.segment_at(t)
         if not run.pod_active(pod, seg):
-            return 0.0, owed
+            return 0.0, owed, owed
         rate = run.rate if run.stepping else 1.0
-        return run.timeline.demands[seg] * rate, owed
+        return run.timeline.demands[seg] * rate, owed, owed
 
     def sample(self, t: float) -> None:
         cluster, cap = self.cluster, self.memory_mib
-        cache: dict[int, tuple[float, int]] = {}
-        pod_cache: dict[tuple[int, int], tuple[float, int]] = {}
+        cache: dict[int, tuple[float, int, int]] = {}
+        pod_cache: dict[tuple[int, int], tuple[float, int, int]] = {}
         busy = allocated = stranded = 0.0
         for node in cluster.occupied:
             for g, holders in enumerate(cluster.res[node]):
                 if not holders:
                     continue
                 allocated += 1
-                demand = owed = 0.0
+                demand = owed = now = 0.0
                 for i, j in enumerate(holders):
                     run = self.runs[j]
                     if run.spec.disaggregated:  # per pod: the one(s) on this GPU
@@ -269,20 +277,24 @@ class Recorder:
                             key = (j, q)
                             if key not in pod_cache:
                                 pod_cache[key] = self._pod_state(run, q, t)
-                            d, o = pod_cache[key]
+                            d, o, m = pod_cache[key]
                             demand += d
                             owed += o
+                            now += m
                         continue
                     if j not in cache:
                         cache[j] = self._job_state(run, t)
-                    d, o = cache[j]
+                    d, o, m = cache[j]
                     demand += d
                     owed += o
+                    now += m
                 busy += min(1.0, demand)
+                self.over_memory_samples += now > cap
                 free = max(0.0, cap - owed)
                 if not cluster.shares or free < self.smallest_pod_mib:
                     stranded += free
         total = cluster.total_gpus
+        self.held_samples += int(allocated)
         self.samples.append((t, busy / total, allocated / total, stranded / (total * cap)))
 
     def result(self, *, mix: str, scheduler: str, events: int) -> SimResult:
@@ -327,6 +339,7 @@ class Recorder:
             held_gpu_s=self.held_gpu_s,
             empty_waiting_gpu_s=self.empty_waiting_gpu_s,
             empty_idle_gpu_s=self.empty_idle_gpu_s,
+            over_memory=self.over_memory_samples / max(self.held_samples, 1),
             max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
             pool_idle_gpu_s=self.pool_idle_gpu_s,
             lendable_s=tuple(self.lend_by_job[r.id] for r in ended),

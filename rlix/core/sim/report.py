@@ -44,6 +44,13 @@ ROWS: tuple[Row, ...] = (
         lambda b: b.makespan_s / 3600,
         "{:.2f}",
     ),
+    Row(
+        "held GPU time over physical memory %",
+        "lower",
+        lambda r: 100 * r.over_memory,
+        lambda b: 0.0,
+        "{:.2f}",
+    ),
     Row("preemptions", "lower", lambda r: float(r.preemptions), lambda b: 0.0, "{:.0f}"),
     Row("rebalances", "lower", lambda r: float(r.rebalances), lambda b: 0.0, "{:.0f}"),
     Row("bytes moved (GB)", "lower", lambda r: r.bytes_moved / 1e9, lambda b: 0.0, "{:.0f}"),

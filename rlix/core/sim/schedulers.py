@@ -61,7 +61,7 @@ def gang_binpack() -> Scheduler:
 
 def rlix(interference: Interference | None = None) -> Scheduler:
     """RLix's policy; with ``interference``, its sharing rules decide with that model
-    (``rlix.core.policy.placement.sharing``, rules 4-5), else with the cluster
+    (``rlix.core.policy.placement.sharing``, rules 4-6), else with the cluster
     components' default rules (no model: rules 1-3 only)."""
     from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
     from rlix.core.policy.rlix_policy import RLixPolicy

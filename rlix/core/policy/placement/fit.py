@@ -88,7 +88,8 @@ def fit(load: NodeLoad, pod: Workload, rules: SharingRules = DEFAULT_RULES) -> F
                 f"{len(candidates)} of {len(load.gpus)} GPUs have room for the pod, but the "
                 f"sharing rules let it take at most {room} of them together (one partner job "
                 f"over {over}, at most {rules.max_jobs_per_gpu} jobs per GPU, "
-                "partners of the same priority whose pair the interference model says gains)"
+                "partners of the same priority whose pair the interference model says gains "
+                "and whose peaks fit one GPU together)"
             ),
             candidates=candidates,
         )
@@ -134,8 +135,8 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     demands: dict[int, tuple[int, int, int]] = {}
     get_load = view.load_getter()
     selective, gpus, job = bool(pod.node_selector), pod.gpus, pod.job
-    sharing = (pod.priority, pair_traits(pod), rules)
     peak = pod.peak_memory_mib
+    sharing = (pod.priority, pair_traits(pod), peak, rules)  # peak: rule 6
     for name in dict.fromkeys(node_names):
         load = get_load(name)
         if load is None:

@@ -229,7 +229,7 @@ class NodeLoad:
     def groups_for(
         self, demand_mib: int, pod: Workload, rules: SharingRules
     ) -> tuple[tuple[int, ...], ...]:
-        """The GPU sets ``pod`` may take its GPUs from (``sharing``, rules 1-5).
+        """The GPU sets ``pod`` may take its GPUs from (``sharing``, rules 1-6).
 
         Each set holds the GPUs (positions into ``gpus``) whose running
         residents are the same jobs, among those that can hold ``demand_mib`` and that the
@@ -241,13 +241,13 @@ class NodeLoad:
         # never shares a GPU with itself); elsewhere pods of every job with the
         # same demand, priority and shapes share one answer.
         job = pod.job if pod.job and pod.job in self.jobs() else ""
-        key = (demand_mib, job, pod.priority, pair_traits(pod), rules)
+        key = (demand_mib, job, pod.priority, pair_traits(pod), pod.peak_memory_mib, rules)
         found = self.memo.groups.get(key)
         if found is None:
             sets: dict[frozenset[str], list[int]] = {}
             for p in self.holdable_for(demand_mib, pod.job):
                 residents = self.gpus[p].residents
-                if residents and not joinable(rules, pod, residents):
+                if residents and not joinable(rules, pod, residents, self.gpus[p].capacity_mib):
                     continue
                 jobs = running_jobs(residents)
                 sets.setdefault(jobs, []).append(p)

@@ -23,7 +23,7 @@ MEMO_LIMIT = 64  # answers kept per node load, all tables together (a few per po
 
 # A pod shape as scoring sees it: (phase, per-GPU demand in MiB, GPUs, the
 # pod's job where this node holds peers of it, else "", and what the sharing
-# rules read of the pod: its priority and the rules themselves).
+# rules read of the pod: its priority, traits, peak and the rules themselves).
 ShapeKey = tuple[Phase | None, int, int, str, object]
 # (complement, interleave, packing, chosen GPU indices, pair) of a shape on one
 # node; pair is None unless the rules carry an interference matrix and the
@@ -43,7 +43,7 @@ class LoadMemo:
     holdable: dict[int, tuple[int, ...]] = field(default_factory=dict)
     # (demand MiB, job) -> the same, without GPUs already holding a pod of the job
     holdable_for_job: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)
-    # (demand, job, priority, busy shapes, rules) -> GPU sets a pod may take (sharing rules)
+    # (demand, job, priority, traits, peak, rules) -> GPU sets a pod may take (sharing rules)
     groups: dict[tuple[object, ...], tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     # the pod's phase -> (complement, interleave) against each GPU's residents
     pairs: dict[Phase | None, tuple[tuple[float, float], ...]] = field(default_factory=dict)

@@ -99,8 +99,9 @@ def describe(rules: SharingRules, path: Path | None, mode: str) -> str:
         )
     source = f"{path} ({mode})" if path is not None else "the shipped H200 measurement"
     return (
-        f"sharing rules 1-5 with the interference matrix from {source}: a pair shares "
-        f"only where it delivers >= {rules.min_pair_progress:.2f} GPUs of progress"
+        f"sharing rules 1-6 with the interference matrix from {source}: a pair shares "
+        f"only where it delivers >= {rules.min_pair_progress:.2f} GPUs of progress "
+        "and both peaks fit one GPU"
     )
 
 

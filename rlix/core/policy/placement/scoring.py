@@ -234,7 +234,13 @@ def _shared_terms(
     """
     gpus = pod.gpus
     memo = load.memo
-    key: ShapeKey = (phase, demand, gpus, job, (pod.priority, pair_traits(pod), rules))
+    key: ShapeKey = (
+        phase,
+        demand,
+        gpus,
+        job,
+        (pod.priority, pair_traits(pod), pod.peak_memory_mib, rules),
+    )
     if key in memo.terms:
         return memo.terms[key]
     result: SharedTerms | None = None

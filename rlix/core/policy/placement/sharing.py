@@ -41,6 +41,10 @@ so every such co-location lowers the cluster's capacity. The rules:
    moment holds only while both sit in their heaviest phases, and a rollout
    waiting on tools presses far less than a GEMM. Rule 4 then also needs the
    expected stretch within the bound, on top of the worst case as before.
+6. **Both peaks on one GPU** (``interference`` given, ``joinable``): a pair
+   judged by what it makes beside each other must be able to run beside each
+   other; the filter's reservation (a resident's current and next phase)
+   alone would let a pod in that meets the resident's peak one phase later.
 
 Rule 5 decides how much RLix shares at all: under the measured H200 matrix
 (``MEASURED_H200``) no pair of compute/memory-bound phases passes it (a GEMM
@@ -107,7 +111,7 @@ ASSUMED_CELLS: Final = cells_of(
 class SharingRules:
     """The co-execution rules; hashable, so answers are memoised per rules value."""
 
-    interference: Cells | None = MEASURED_H200_CELLS  # None: rules 4 and 5 are off
+    interference: Cells | None = MEASURED_H200_CELLS  # None: rules 4-6 are off
     max_jobs_per_gpu: int = 2
     min_pair_progress: float = PAYING_PAIR
     protected_priority: int = 100
@@ -329,21 +333,45 @@ def kinds_may_pair(rules: SharingRules, mine: PairKind, theirs: PairKind, gpu_mi
     )
 
 
-def joinable(rules: SharingRules, pod: Workload, residents: Iterable[Workload]) -> bool:
-    """Whether ``pod`` may join a GPU with these residents (rules 1 and 3-5).
+def joinable(
+    rules: SharingRules, pod: Workload, residents: Iterable[Workload], gpu_mib: int = 0
+) -> bool:
+    """Whether ``pod`` may join a GPU with these residents (rules 1 and 3-5),
+    and, where the rules carry a matrix and ``gpu_mib`` is known, whether its
+    peak and the running residents' peaks fit the GPU together (rule 6).
 
     Suspended residents are left out: parked, they slow nobody (their memory
     is still owed, which ``loads`` counts), and the conductor parks victims in
     place precisely so that a preemptor can take their GPUs. When they come
     back, their own placement must pass these rules against whoever runs there.
+
+    Why peaks: memory is reserved for a resident's current and next phase
+    (``loads.owed_mib``), but an RL job cycles through every phase each
+    iteration, so a partner let in beside a resident's small phase meets its
+    peak within one iteration, and then the conductor must park one of them
+    (``conduct``, rule 3: physical HBM). The rules that judge pairs by their
+    progress (a matrix) choose partners to run *beside*, so they ask what
+    ``kinds_may_pair`` asks: both peaks on one GPU. Without a matrix (the
+    cluster's ``DEFAULT_RULES``) phase complementarity with parking stays as
+    it was.
     """
     jobs: set[str] = set()
+    peaks = pod.peak_memory_mib
     for r in residents:
         if r.suspended:
             continue
         if not rules.may_share(pod, r):
             return False
+        peaks += r.peak_memory_mib
         jobs.add(r.job or r.name)
+    if (
+        jobs
+        and rules.interference is not None
+        and gpu_mib > 0
+        and pod.peak_memory_mib > 0
+        and peaks > gpu_mib
+    ):
+        return False
     return len(jobs) < rules.max_jobs_per_gpu
 
 
