@@ -171,7 +171,8 @@ class Recorder:
     bytes_moved: float = 0.0
     preemptions: int = 0
     rebalances: int = 0
-    samples: list[tuple[float, float, float, float]] = field(default_factory=list)
+    # (t, busy, held, stranded, over memory): shares of all GPUs at each sample
+    samples: list[tuple[float, float, float, float, float]] = field(default_factory=list)
     work_gpu_s: float = 0.0
     critical_s: float = 0.0
     alone_s: list[float] = field(default_factory=list)
@@ -182,8 +183,6 @@ class Recorder:
     empty_waiting_gpu_s: float = 0.0
     empty_idle_gpu_s: float = 0.0
     pool_idle_gpu_s: float = 0.0
-    held_samples: int = 0
-    over_memory_samples: int = 0
     last_t: float = 0.0
     alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
     net_by_job: dict[int, float] = field(default_factory=dict)  # the bound's W, per job
@@ -261,7 +260,7 @@ class Recorder:
         cluster, cap = self.cluster, self.memory_mib
         cache: dict[int, tuple[float, int, int]] = {}
         pod_cache: dict[tuple[int, int], tuple[float, int, int]] = {}
-        busy = allocated = stranded = 0.0
+        busy = allocated = stranded = over = 0.0
         for node in cluster.occupied:
             for g, holders in enumerate(cluster.res[node]):
                 if not holders:
@@ -289,13 +288,14 @@ class Recorder:
                     owed += o
                     now += m
                 busy += min(1.0, demand)
-                self.over_memory_samples += now > cap
+                over += now > cap
                 free = max(0.0, cap - owed)
                 if not cluster.shares or free < self.smallest_pod_mib:
                     stranded += free
         total = cluster.total_gpus
-        self.held_samples += int(allocated)
-        self.samples.append((t, busy / total, allocated / total, stranded / (total * cap)))
+        self.samples.append(
+            (t, busy / total, allocated / total, stranded / (total * cap), over / total)
+        )
 
     def result(self, *, mix: str, scheduler: str, events: int) -> SimResult:
         runs = self.runs
@@ -339,7 +339,7 @@ class Recorder:
             held_gpu_s=self.held_gpu_s,
             empty_waiting_gpu_s=self.empty_waiting_gpu_s,
             empty_idle_gpu_s=self.empty_idle_gpu_s,
-            over_memory=self.over_memory_samples / max(self.held_samples, 1),
+            over_memory=sum(s[4] for s in inside) / max(sum(s[2] for s in inside), 1e-12),
             max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
             pool_idle_gpu_s=self.pool_idle_gpu_s,
             lendable_s=tuple(self.lend_by_job[r.id] for r in ended),
