@@ -12,9 +12,10 @@ Two regimes per verb:
 
 A second table runs filter and prioritize on one cluster twice, side by side:
 with the sharing rules a cluster gets by default (no interference matrix) and
-with the H200 matrix (``--interference``, rules 4-5 on), its pods saying how
+with the H200 matrix (``--interference``, rules 4-6 on), its pods saying how
 they spend an iteration (``rlix.io/phase-seconds``), so rule 5 weighs pairs by
-their expected progress: what giving the extender a matrix costs per call.
+their expected progress and rule 6 checks that both peaks fit the GPU: what
+giving the extender a matrix costs per call.
 
 Writes bench/results/extender_latency.md and prints the same tables.
 Run: .venv/bin/python bench/extender_latency.py [--sizes 100 1000 5000] [--repeat 200]
@@ -243,7 +244,7 @@ async def run_rules(n: int, repeat: int) -> list[dict[str, Any]]:
     and with the H200 matrix, alternating per verb so drift hits both alike."""
     snap = build_cluster(n, cycles=True)
     rows = []
-    for rules, label in ((DEFAULT_RULES, "none (rules 1-3)"), (SharingRules(), "H200 (rules 1-5)")):
+    for rules, label in ((DEFAULT_RULES, "none (rules 1-3)"), (SharingRules(), "H200 (rules 1-6)")):
         cache = fed_cache(snap, rules)
         transport = httpx.ASGITransport(app=create_app(cache, freeze_gc=True))
         async with httpx.AsyncClient(transport=transport, base_url="http://extender") as client:
@@ -391,8 +392,8 @@ def main() -> int:
             "colocated trainer, at random), asked by a pending rollout pool's pod, once "
             "with the rules a cluster gets by default and once with `--interference "
             "bench/results/gpu_interference.json` (rules 4-5 weigh each pair by its "
-            "expected progress). Same process, one after the other; ratio = with / "
-            "without.\n\n" + compared
+            "expected progress, rule 6 checks that both peaks fit the GPU). Same "
+            "process, one after the other; ratio = with / without.\n\n" + compared
         )
     print(text)
     header = (
