@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from rlix.core.phases import Shape
+from rlix.core.phases import Phase, Shape
+from rlix.core.sim.cluster import Cluster
 from rlix.core.sim.engine import SimConfig, simulate
 from rlix.core.sim.interference import ASSUMED, MEASURED_H200, SHAPES, Interference
-from rlix.core.sim.metrics import _mean_unfinished_s, bounds, sharing_kappa, srpt_completions
+from rlix.core.sim.metrics import (
+    Recorder,
+    _mean_unfinished_s,
+    bounds,
+    sharing_kappa,
+    srpt_completions,
+)
 from rlix.core.sim.mixes import closed_batch, make_mix
+from rlix.core.sim.runs import Run, State
 from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler, gang_binpack, kube_default
-from rlix.core.sim.workload import JobProfile
+from rlix.core.sim.workload import JobProfile, profile_for
 from tests.core.test_sim_helpers import MemoryShare, load_s, mix_of, spec
 
 
@@ -228,3 +236,26 @@ def test_the_lend_estimates_sit_between_exclusive_and_sharing() -> None:
     assert flat.lend_capacity == pytest.approx(flat.exclusive_capacity)
     assert flat.lend_closed_per_h == pytest.approx(flat.exclusive_closed_per_h)
     assert flat.lend_top_stretch == pytest.approx(flat.exclusive_top_stretch, rel=1e-6)
+
+
+def test_a_loading_job_counts_at_the_phase_it_loads_into_for_memory_over_the_gpu() -> None:
+    # Two 7B jobs on the same eight GPUs, each alone well within the GPU, both
+    # together above it. A restore beside a partner is when a real GPU is most
+    # likely to run short, so a job still loading counts with the memory of
+    # the phase it loads into; a queued job holds nothing.
+    running = Run(spec("a", 0), profile_for(spec("a", 0)), 0)
+    loading = Run(spec("b", 1), profile_for(spec("b", 1)), 1)
+    own = running.profile.memory_mib[Phase.ROLLOUT]
+    cluster = Cluster(1, 8, memory_mib=own + own // 2, shares=True)
+    for run in (running, loading):
+        run.timeline = run.profile.timeline(0)
+        run.placements = [(0, tuple(range(8)))]
+        cluster.attach(run)
+    recorder = Recorder(cluster, [running, loading], own + own // 2, 1)
+
+    running.state, loading.state = State.RUNNING, State.QUEUED
+    recorder.sample(0.0)
+    running.state, loading.state = State.RUNNING, State.LOADING
+    recorder.sample(300.0)
+    assert [s[4] for s in recorder.samples] == [0.0, 1.0]
+    assert loading.phase_at(300.0) is Phase.ROLLOUT  # frozen at its start while it loads

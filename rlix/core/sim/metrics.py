@@ -95,9 +95,10 @@ class SimResult:
     held_gpu_s: float = 0.0  # GPU-seconds with at least one pod on the GPU
     empty_waiting_gpu_s: float = 0.0  # GPU-seconds empty while a job was queued or parked
     empty_idle_gpu_s: float = 0.0  # GPU-seconds empty with nothing waiting
-    # Share of the sampled held GPUs whose running residents' memory in their
-    # current phases exceeded the GPU (a real GPU: an OOM, or parking by the
-    # conductor's rule 3, neither of which the engine plays out).
+    # Share of the sampled held GPUs whose residents' memory in their current
+    # phases (a loading or restoring one: the phase it loads into) exceeded the
+    # GPU (a real GPU: an OOM, or parking by the conductor's rule 3, neither of
+    # which the engine plays out).
     over_memory: float = 0.0
     max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
     pool_idle_gpu_s: float = 0.0  # disaggregated pools idle while the other pool works
@@ -235,6 +236,11 @@ class Recorder:
         call a GPU busy that is really spent on contention.
         """
         mem = run.profile.memory_mib
+        if run.state is State.LOADING:
+            # Loading a checkpoint or restoring parked memory fills the GPU up
+            # to the phase it starts (or resumes) in; counted at that from the
+            # start of the load, the upper end (progress is frozen meanwhile).
+            return 0.0, max(mem.values()), mem[run.phase_at(t)]
         if run.state is not State.RUNNING or run.timeline is None:
             return 0.0, max(mem.values()), 0
         seg = run.segment_at(t)
@@ -248,6 +254,8 @@ class Recorder:
         job's pod at ``t``: its constant resident memory, and demand only while
         its pool works."""
         owed = run.profile.role_memory_mib[run.spec.pod_roles[pod]]
+        if run.state is State.LOADING:
+            return 0.0, owed, owed  # loading or restoring it: as ``_job_state``
         if run.state is not State.RUNNING or run.timeline is None:
             return 0.0, owed, 0
         seg = run.segment_at(t)
