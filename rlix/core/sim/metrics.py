@@ -254,10 +254,9 @@ class Recorder:
         job's pod at ``t``: its constant resident memory, and demand only while
         its pool works."""
         owed = run.profile.role_memory_mib[run.spec.pod_roles[pod]]
-        if run.state is State.LOADING:
-            return 0.0, owed, owed  # loading or restoring it: as ``_job_state``
         if run.state is not State.RUNNING or run.timeline is None:
-            return 0.0, owed, 0
+            # Loading or restoring it, it holds what it loads (as ``_job_state``).
+            return 0.0, owed, owed if run.state is State.LOADING else 0
         seg = run.segment_at(t)
         if not run.pod_active(pod, seg):
             return 0.0, owed, owed

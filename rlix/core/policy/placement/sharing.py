@@ -357,20 +357,17 @@ def joinable(
     """
     jobs: set[str] = set()
     peaks = pod.peak_memory_mib
+    # Rule 6 only where it applies: the default rules' filter path sums nothing.
+    by_peaks = rules.interference is not None and gpu_mib > 0 and peaks > 0
     for r in residents:
         if r.suspended:
             continue
         if not rules.may_share(pod, r):
             return False
-        peaks += r.peak_memory_mib
+        if by_peaks:
+            peaks += r.peak_memory_mib
         jobs.add(r.job or r.name)
-    if (
-        jobs
-        and rules.interference is not None
-        and gpu_mib > 0
-        and pod.peak_memory_mib > 0
-        and peaks > gpu_mib
-    ):
+    if by_peaks and jobs and peaks > gpu_mib:
         return False
     return len(jobs) < rules.max_jobs_per_gpu
 
