@@ -26,6 +26,14 @@ examples:
   rlix simulate --mix small-lab
   rlix simulate --mix scale --scheduler rlix --json out.json
   rlix simulate --mix mixed-tenants --suspend cuda-checkpoint
+  rlix simulate --mix agentic --scheduler rlix --rules default
+
+RLix decides with the run's interference matrix by default (rules 1-6, what
+bench/results uses). --rules default runs the rules rlix-operator and the
+extender ship without --interference (rules 1-3): they let a pod in beside a
+resident's current and next phase, so a pair can meet both peaks on one GPU;
+the conductor then parks one of them (its rule 3), which the run plays out and
+counts ("parks for memory").
 """
 
 SUSPEND_BYTES_PER_S = {
@@ -90,6 +98,14 @@ def add_parser(sub: Any) -> None:
         "share of its expected length goes first in its class and, once running, is not "
         "parked by it (default %(default)s: never)",
     )
+    p.add_argument(
+        "--rules",
+        default="matrix",
+        choices=("matrix", "default"),
+        help="RLix's sharing rules: matrix = with the interference matrix (rules 1-6); "
+        "default = the cluster components' without --interference (rules 1-3), with the "
+        "conductor parking pairs that outgrow a GPU (default %(default)s)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
@@ -118,7 +134,7 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
     from rlix.core.sim.engine import SimConfig, simulate
     from rlix.core.sim.metrics import bound
     from rlix.core.sim.mixes import make_mix
-    from rlix.core.sim.schedulers import SCHEDULERS, scheduler
+    from rlix.core.sim.schedulers import SCHEDULERS, rlix, scheduler
 
     out_name, in_name = SUSPEND_BYTES_PER_S[args.suspend]
     config = SimConfig(
@@ -133,9 +149,12 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
     results, speeds = [], []
     for name in args.scheduler or list(SCHEDULERS):
         started = time.perf_counter()
-        result = simulate(
-            mix, scheduler(name, config.interference), config, progress=_progress(name, args.quiet)
+        chosen = (
+            rlix(None)
+            if name == "rlix" and args.rules == "default"
+            else scheduler(name, config.interference)
         )
+        result = simulate(mix, chosen, config, progress=_progress(name, args.quiet))
         wall = time.perf_counter() - started
         if not args.quiet:
             sys.stderr.write(f"\r  {name}: {result.jobs} jobs in {wall:.1f} s{' ' * 30}\n")
@@ -152,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
 
     results, ideal, speeds = run_mix(args)
     print(f"mix {args.mix} (seed {args.seed}): {results[0].jobs} jobs on {results[0].gpus} GPUs")
+    if args.rules == "default" and any(r.scheduler == "rlix" for r in results):
+        print("rlix decides with the cluster's default rules (1-3, no interference matrix)")
     print(table(results, ideal))
     for r, s in zip(results, speeds, strict=True):
         print(

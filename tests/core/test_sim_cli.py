@@ -72,3 +72,26 @@ def test_the_grace_shares_reach_the_simulation_and_a_negative_is_refused(
     with pytest.raises(SystemExit):
         parse("--top-grace", "-1")
     assert "'-1' is not a share" in capsys.readouterr().err
+
+
+def test_rules_default_runs_the_cluster_s_rules_and_counts_the_parks_for_memory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The first 20 disaggregated jobs, seed 0: under the cluster's default
+    # rules one pair outgrows a GPU and the conductor's rule 3 parks one; with
+    # the matrix (the default) rule 6 admits no such pair.
+    rows = {}
+    for rules in ("default", "matrix"):
+        args = parse("--mix", "disaggregated", "--jobs", "20", "--scheduler", "rlix",
+                     "--quiet", "--rules", rules)  # fmt: skip
+        assert args.run(args) == 0
+        out = capsys.readouterr().out
+        assert ("the cluster's default rules" in out) == (rules == "default")
+        rows[rules] = next(
+            line for line in out.splitlines() if line.startswith("| parks for memory")
+        )
+    assert rows["default"].split("|")[3].strip() not in ("", "0")
+    assert rows["matrix"].split("|")[3].strip() == "0"
+    with pytest.raises(SystemExit):
+        parse("--rules", "none")
+    assert "invalid choice: 'none'" in capsys.readouterr().err

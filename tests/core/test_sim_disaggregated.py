@@ -4,19 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlix.core.phases import Phase
 from rlix.core.policy.placement.gating import gated_rates
 from rlix.core.policy.placement.sharing import SharingRules
+from rlix.core.sim import engine, metrics, overflow
 from rlix.core.sim import hardware as hw
-from rlix.core.sim import metrics
 from rlix.core.sim.engine import DecisionRecord, SimConfig, Simulation, _dominates, simulate
 from rlix.core.sim.interference import DEFAULT, SHAPES, Interference
 from rlix.core.sim.metrics import SimResult, pair_ceiling
 from rlix.core.sim.mixes import closed_batch, make_mix
-from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler, kube_default
+from rlix.core.sim.runs import Run, State
+from rlix.core.sim.schedulers import (
+    Preemption,
+    QueueOrder,
+    Scheduler,
+    gang_binpack,
+    kube_default,
+)
 from rlix.core.sim.schedulers import rlix as rlix_scheduler
 from rlix.core.sim.workload import MODELS, JobProfile, JobSpec, Timeline, profile_for
 from rlix.core.snapshot import ClusterSnapshot, PhaseLoad, Workload, load_profile_of
@@ -357,17 +365,45 @@ def test_with_a_matrix_the_jobs_that_would_outlast_their_partners_go_first() -> 
     assert not any(r.critical for r in plain.runs)
 
 
-def test_memory_over_the_gpu_is_measured_and_rlix_s_rules_leave_none() -> None:
-    # The engine does not play out what a GPU over its memory would do (an
-    # OOM, or the conductor parking one of the pair); the recorder measures
-    # how often it happens. The first 20 jobs of the disaggregated mix: with
-    # the cluster's rules (no matrix) a pod is let in on a resident's current
-    # and next phase and meets its peak later; the rules with a matrix ask
-    # that both peaks fit ("sharing.joinable"), so nothing is ever over.
+def test_a_pair_that_outgrows_a_gpu_is_parked_as_the_conductor_parks_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The cluster's rules (no matrix) let a pod in on a resident's current and
+    # next phase, so the pair may meet both peaks later. On a cluster the
+    # conductor's rule 3 then parks one of them; the engine plays that out
+    # (sim.overflow) and the recorder sees no GPU over its memory. The rules
+    # with a matrix ask that both peaks fit ("sharing.joinable", rule 6), so
+    # they admit no such pair and the engine does not check. The first 20
+    # jobs of the disaggregated mix, seed 0.
     mix = make_mix("disaggregated", seed=0)
     mix = replace(mix, jobs=mix.jobs[:20])
-    by_phase = simulate(mix, rlix_scheduler(None), SimConfig(seed=0))
-    by_peaks = simulate(mix, rlix_scheduler(DEFAULT), SimConfig(seed=0))
-    assert by_phase.jobs == by_peaks.jobs == 20
-    assert by_phase.over_memory > 0.005
-    assert by_peaks.over_memory == 0.0
+    parks: list[tuple[list[int], list[int], list[State]]] = []
+    real = engine.keep_within_hbm
+
+    def watching(sim: Any, run: Run, t: float) -> list[Run]:
+        before = overflow._over(sim, run, t)
+        parked = real(sim, run, t)
+        if parked:
+            parks.append((before, overflow._over(sim, run, t), [r.state for r in parked]))
+        return parked
+
+    monkeypatch.setattr(engine, "keep_within_hbm", watching)
+    policed = Simulation(mix, rlix_scheduler(None), SimConfig(seed=0))
+    assert policed.polices_hbm
+    by_phase = policed.run()
+    assert by_phase.jobs == 20
+    assert by_phase.overflow_parks == len(parks) >= 1
+    for before, after, states in parks:  # over before the park, within after
+        assert before and not after and set(states) == {State.SUSPENDED}
+    assert by_phase.over_memory == 0.0
+    # Without the parking the same run holds GPUs over their memory.
+    unpoliced = Simulation(mix, rlix_scheduler(None), SimConfig(seed=0))
+    unpoliced.polices_hbm = False
+    ran_over = unpoliced.run()
+    assert ran_over.over_memory > 0.005 and ran_over.overflow_parks == 0
+    by_peaks = Simulation(mix, rlix_scheduler(DEFAULT), SimConfig(seed=0))
+    assert not by_peaks.polices_hbm
+    result = by_peaks.run()
+    assert result.jobs == 20 and result.over_memory == 0.0 and result.overflow_parks == 0
+    # Schedulers that never share a GPU, or evict, have nothing to park.
+    assert not overflow.needed(kube_default()) and not overflow.needed(gang_binpack())

@@ -34,8 +34,9 @@ from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster, pods_of
 from rlix.core.sim.metrics import Recorder, SimResult
 from rlix.core.sim.mixes import Mix, expected_gpu_s
+from rlix.core.sim.overflow import keep_within_hbm, needed
 from rlix.core.sim.preempting import try_preempt, try_resume
-from rlix.core.sim.records import DecisionRecord, SimConfig
+from rlix.core.sim.records import RESUME_RETRY_S, DecisionRecord, SimConfig
 from rlix.core.sim.runs import Run, State
 from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler
 from rlix.core.sim.workload import profile_for
@@ -43,7 +44,7 @@ from rlix.core.snapshot import PhaseLoad
 
 __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 
-SEGMENT, READY, ARRIVE, SAMPLE, GRACE_ENDS, AGED = 0, 1, 2, 3, 4, 5
+SEGMENT, READY, ARRIVE, SAMPLE, GRACE_ENDS, AGED, RETRY = 0, 1, 2, 3, 4, 5, 6
 
 
 # (each pod's GPUs, largest first; peak per-GPU MiB)
@@ -144,6 +145,15 @@ class Simulation:
         )
         self.gated: dict[int, float] = {}
         self.entering: set[int] = set()  # placed, not yet through the gate
+        # Rules that do not ask both peaks to fit (no matrix: the cluster's)
+        # leave pairs that meet both on a GPU; the conductor's rule 3 parks
+        # one (``overflow``). Then a sharing job steps phase by phase (a
+        # group of same-shaped segments may change memory: scoring, training)
+        # and every phase it enters is checked; the parked come back as
+        # parked jobs do, retried every ``RESUME_RETRY_S`` (``RETRY``).
+        self.polices_hbm = needed(scheduler)
+        self.overflow_parked: dict[int, None] = {}
+        self.retry_pending = False
         # Sized and with a matrix, a job that would outlast its partners goes
         # first too (``ordering.short_of_partners``); a job's kind is read off
         # its unplaced pods once (what the rules read does not change).
@@ -187,6 +197,10 @@ class Simulation:
                 if run.state is State.QUEUED:
                     run.aged = True
                     self.dirty = True
+            elif kind == RETRY:
+                self.retry_pending = False
+                self.dirty = True
+                self._retry_parked(t)
             elif version == self.runs[job].version:
                 if kind == SEGMENT:
                     self._segment_end(self.runs[job], t)
@@ -227,13 +241,42 @@ class Simulation:
     def _segment_end(self, run: Run, t: float) -> None:
         assert run.timeline is not None
         if run.stepping:
-            end = run.timeline.group_end[run.seg]
+            end = self._step_end(run)
             run.progress, run.t_ref = run.timeline.ends[end], t
             run.seg = end + 1
             if run.seg < len(run.timeline.ends):
                 self._refresh(self._neighbours(run) | {run.id}, t)
+                if self.polices_hbm:
+                    self._keep_within_hbm(run, t)
                 return
         self._complete(run, t)
+
+    def _step_end(self, run: Run) -> int:
+        """The last segment a sharing job runs through before its next event:
+        the end of its group, or (``polices_hbm``) the segment itself."""
+        assert run.timeline is not None
+        return run.seg if self.polices_hbm else run.timeline.group_end[run.seg]
+
+    def _keep_within_hbm(self, run: Run, t: float) -> None:
+        """``run`` entered a phase at ``t``: the conductor's rule 3 on its
+        shared GPUs (``overflow.keep_within_hbm``)."""
+        parked = keep_within_hbm(self, run, t)
+        if not parked:
+            return
+        self.recorder.overflow_parks += len(parked)
+        self.overflow_parked.update(dict.fromkeys(r.id for r in parked))
+        self.dirty = True
+        self._retry_parked(t)
+
+    def _retry_parked(self, t: float) -> None:
+        """While a job parked for memory waits, look again every
+        ``RESUME_RETRY_S``: its partner's phase changes free memory without
+        anything leaving, and a job alone steps no phases."""
+        for jid in [j for j in self.overflow_parked if j not in self.suspended]:
+            del self.overflow_parked[jid]
+        if self.overflow_parked and not self.retry_pending:
+            self.retry_pending = True
+            self._push(t + RESUME_RETRY_S, RETRY)
 
     def _complete(self, run: Run, t: float) -> None:
         self.released += 1
@@ -297,7 +340,7 @@ class Simulation:
                 run.rate = 0.0  # waits at the gate: the holder's phase end refreshes it
                 continue
             run.rate = self._rate(run, seen)
-            end = run.timeline.group_end[run.seg]
+            end = self._step_end(run)
             left = max(0.0, run.timeline.ends[end] - run.progress)
             self._push(t + left / run.rate, SEGMENT, run.id, run.version)
 

@@ -77,6 +77,10 @@ class SimResult:
     events: int
     jct_s: tuple[float, ...] = ()
     rebalances: int = 0  # pairs split onto freed GPUs (simulator's RLix with a matrix)
+    # Jobs the conductor's rule 3 parked because a GPU's residents, in their
+    # current phases, were over its memory (rules without a matrix only:
+    # ``overflow``).
+    overflow_parks: int = 0
     series: tuple[tuple[float, float, float], ...] = ()  # (t, busy share, allocated share)
     work_gpu_s: float = 0.0
     critical_s: float = 0.0  # latest arrival + alone duration over all jobs
@@ -97,8 +101,9 @@ class SimResult:
     empty_idle_gpu_s: float = 0.0  # GPU-seconds empty with nothing waiting
     # Share of the sampled held GPUs whose residents' memory in their current
     # phases (a loading or restoring one: the phase it loads into) exceeded the
-    # GPU (a real GPU: an OOM, or parking by the conductor's rule 3, neither of
-    # which the engine plays out).
+    # GPU. Rules with a matrix admit no such pair; under the cluster's rules
+    # the engine parks one of the pair as the conductor's rule 3 does
+    # (``overflow``), so what remains is a GPU where nobody could be parked.
     over_memory: float = 0.0
     max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
     pool_idle_gpu_s: float = 0.0  # disaggregated pools idle while the other pool works
@@ -171,6 +176,7 @@ class Recorder:
     smallest_pod_mib: int
     bytes_moved: float = 0.0
     preemptions: int = 0
+    overflow_parks: int = 0
     rebalances: int = 0
     # (t, busy, held, stranded, over memory): shares of all GPUs at each sample
     samples: list[tuple[float, float, float, float, float]] = field(default_factory=list)
@@ -326,6 +332,7 @@ class Recorder:
             jct_p95_s=percentile(jct, 0.95),
             preemptions=self.preemptions,
             rebalances=self.rebalances,
+            overflow_parks=self.overflow_parks,
             bytes_moved=self.bytes_moved,
             suspended_h=sum(r.suspended_s for r in runs) / 3600,
             lost_work_gpu_h=sum(r.lost_s * r.spec.gpus for r in runs) / 3600,

@@ -143,6 +143,7 @@ def try_resume(sim: Engine, t: float) -> None:
                 sim.trace(DecisionRecord(t, "resume", snapshot, request, admission))
         del sim.suspended[jid]
         run.suspended_s += t - run.suspended_at
+        run.resumed_at = t
         sim.recorder.bytes_moved += run.parked_bytes
         sim.start(run, admission, t)
         unplaceable.clear()  # the cluster changed

@@ -52,6 +52,13 @@ ROWS: tuple[Row, ...] = (
         "{:.2f}",
     ),
     Row("preemptions", "lower", lambda r: float(r.preemptions), lambda b: 0.0, "{:.0f}"),
+    Row(
+        "parks for memory (conductor rule 3)",
+        "lower",
+        lambda r: float(r.overflow_parks),
+        lambda b: 0.0,
+        "{:.0f}",
+    ),
     Row("rebalances", "lower", lambda r: float(r.rebalances), lambda b: 0.0, "{:.0f}"),
     Row("bytes moved (GB)", "lower", lambda r: r.bytes_moved / 1e9, lambda b: 0.0, "{:.0f}"),
     Row("suspended (job-h)", "lower", lambda r: r.suspended_h, lambda b: 0.0),

@@ -56,6 +56,7 @@ class Run:
     parked_bytes: float = 0.0
     suspended_at: float = 0.0
     suspended_s: float = 0.0
+    resumed_at: float | None = None  # last resume (the conductor spares a fresh one)
     preempted: int = 0
     lost_s: float = 0.0  # alone-seconds of work lost to evictions
     # Expected GPU-seconds of the whole job from its declared shape (0: the
