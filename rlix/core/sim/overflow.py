@@ -71,18 +71,16 @@ def _over(sim: Engine, run: Run, t: float) -> list[int]:
     their phase: the peak while loading); the cheap test before ``decide``."""
     cluster, found = sim.cluster, []
     for node, gpus in run.placements:
-        name, capacity = cluster.names[node], cluster.nodes[node].gpu_memory_mib
-        for g in gpus:
-            jobs = dict.fromkeys(cluster.res[node][g])
-            if len(jobs) < 2:
-                continue
-            held = sum(
-                w.memory_in(w.phase)
-                for j in jobs
-                for w in pods_of(sim.runs[j], t, cluster)
-                if w.node == name and g in w.gpu_indices
-            )
-            if held > capacity:
-                found.append(node)
-                break
+        shared = [g for g in gpus if len(set(cluster.res[node][g])) > 1]
+        if not shared:
+            continue
+        name, held = cluster.names[node], dict.fromkeys(shared, 0)
+        for j in cluster.residents(node):  # one pass over the node's pods
+            for w in pods_of(sim.runs[j], t, cluster):
+                if w.node == name:
+                    for g in w.gpu_indices:
+                        if g in held:
+                            held[g] += w.memory_in(w.phase)
+        if max(held.values()) > cluster.nodes[node].gpu_memory_mib:
+            found.append(node)
     return found
