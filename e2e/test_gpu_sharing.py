@@ -313,20 +313,27 @@ def restarted_with(operator: OperatorProcess, *args: str) -> Iterator[OperatorPr
         operator.start()
 
 
-def test_with_the_measured_matrix_a_pair_that_loses_progress_waits_instead_of_sharing(
-    dra_cluster: DevCluster, operator: OperatorProcess, ns: str
+@pytest.mark.parametrize("matrix", ["measured", "time-slicing"])
+def test_with_a_matrix_a_pair_that_loses_progress_waits_instead_of_sharing(
+    dra_cluster: DevCluster, operator: OperatorProcess, ns: str, matrix: str
 ) -> None:
     """The same two jobs as above, with the operator given the H200 measurement
-    (``--interference bench/results/gpu_interference.json``). Each declares a
-    training (compute-bound) and a rollout (memory-bound) phase; on one GPU the
-    pair's worst moment delivers 0.95 of a GPU's progress (1 / (1 + 0.573) for
-    the GEMM, 1 / (1 + 2.17) for the decode), below rule 5's 4/3. Memory alone
-    would let ``b`` in (the test above): with the matrix admission refuses it,
-    saying the sharing rules did, and admits it once ``a`` is gone."""
+    (``--interference bench/results/gpu_interference.json``) or, where a
+    cluster measured none, the built-in bound (``--interference time-slicing``).
+    Each declares a training (compute-bound) and a rollout (memory-bound)
+    phase; on one GPU the pair's worst moment delivers 0.95 of a GPU's progress
+    measured (1 / (1 + 0.573) for the GEMM, 1 / (1 + 2.17) for the decode), 1.0
+    under the bound (two busy phases split a time-sliced GPU), both below rule
+    5's 4/3. Memory alone would let ``b`` in (the test above): with a matrix
+    admission refuses it, saying the sharing rules did, and admits it once
+    ``a`` is gone."""
     cluster = dra_cluster
-    matrix = ROOT / "bench" / "results" / "gpu_interference.json"
-    with restarted_with(operator, "--interference", str(matrix)):
-        assert f"interference matrix from {matrix} (time_slicing)" in operator.log.read_text()
+    given = str(ROOT / "bench" / "results" / "gpu_interference.json")
+    said = f"interference matrix from {given} (time_slicing)"
+    if matrix == "time-slicing":
+        given, said = matrix, "interference matrix from the built-in time-slicing bound"
+    with restarted_with(operator, "--interference", given):
+        assert said in operator.log.read_text()
         apply(cluster, ns, rljob("a", 40000))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
         apply(cluster, ns, rljob("b", 30000))

@@ -464,9 +464,7 @@ def _start_phase_gate(
     logging.info(
         "phase gate on (waits at most %.0f s; matrix: %s; %s)",
         args.phase_gate_max_wait,
-        f"{args.interference} ({args.interference_mode})"
-        if args.interference
-        else "the shipped H200 measurement",
+        rules_file.origin(args.interference, args.interference_mode),
         f"pairs that both declare {ANNOTATION_PHASE_SECONDS} take turns where the "
         "simulator's would, the others at every meeting that loses progress"
         if reads_cycles

@@ -27,13 +27,17 @@ examples:
   rlix simulate --mix scale --scheduler rlix --json out.json
   rlix simulate --mix mixed-tenants --suspend cuda-checkpoint
   rlix simulate --mix agentic --scheduler rlix --rules default
+  rlix simulate --mix disaggregated --rules time-slicing
 
 RLix decides with the run's interference matrix by default (rules 1-6, what
 bench/results uses). --rules default runs the rules rlix-operator and the
 extender ship without --interference (rules 1-3): they let a pod in beside a
 resident's current and next phase, so a pair can meet both peaks on one GPU;
 the conductor then parks one of them (its rule 3), which the run plays out and
-counts ("parks for memory").
+counts ("parks for memory"). --rules time-slicing runs the components'
+--interference time-slicing: rules 1-6 with the built-in bound for GPUs shared
+by time slices (no measurement) instead of the run's matrix, which still
+decides how fast the jobs go.
 """
 
 SUSPEND_BYTES_PER_S = {
@@ -101,10 +105,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--rules",
         default="matrix",
-        choices=("matrix", "default"),
+        choices=("matrix", "default", "time-slicing"),
         help="RLix's sharing rules: matrix = with the interference matrix (rules 1-6); "
         "default = the cluster components' without --interference (rules 1-3), with the "
-        "conductor parking pairs that outgrow a GPU (default %(default)s)",
+        "conductor parking pairs that outgrow a GPU; time-slicing = the components' "
+        "--interference time-slicing (rules 1-6 with the built-in time-slicing bound) "
+        "(default %(default)s)",
     )
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -132,6 +138,7 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
     from rlix.core.policy.ordering import Grace
     from rlix.core.sim import hardware as hw
     from rlix.core.sim.engine import SimConfig, simulate
+    from rlix.core.sim.interference import TIME_SLICING_BOUND
     from rlix.core.sim.metrics import bound
     from rlix.core.sim.mixes import make_mix
     from rlix.core.sim.schedulers import SCHEDULERS, rlix, scheduler
@@ -149,9 +156,10 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
     results, speeds = [], []
     for name in args.scheduler or list(SCHEDULERS):
         started = time.perf_counter()
+        decides_with = {"default": None, "time-slicing": TIME_SLICING_BOUND}
         chosen = (
-            rlix(None)
-            if name == "rlix" and args.rules == "default"
+            rlix(decides_with[args.rules])
+            if name == "rlix" and args.rules in decides_with
             else scheduler(name, config.interference)
         )
         result = simulate(mix, chosen, config, progress=_progress(name, args.quiet))
@@ -171,8 +179,13 @@ def run(args: argparse.Namespace) -> int:
 
     results, ideal, speeds = run_mix(args)
     print(f"mix {args.mix} (seed {args.seed}): {results[0].jobs} jobs on {results[0].gpus} GPUs")
-    if args.rules == "default" and any(r.scheduler == "rlix" for r in results):
-        print("rlix decides with the cluster's default rules (1-3, no interference matrix)")
+    if any(r.scheduler == "rlix" for r in results):
+        said = {
+            "default": "the cluster's default rules (1-3, no interference matrix)",
+            "time-slicing": "rules 1-6 with the built-in time-slicing bound, not the run's matrix",
+        }
+        if args.rules in said:
+            print(f"rlix decides with {said[args.rules]}")
     print(table(results, ideal))
     for r, s in zip(results, speeds, strict=True):
         print(

@@ -486,11 +486,18 @@ def test_the_phase_gate_value_gives_the_agent_arguments_it_accepts_and_its_matri
     volume = next(v for v in on["volumes"] if v["name"] == "interference")
     assert volume["configMap"]["name"] == "h200-matrix" and mount["readOnly"]
     assert args.interference == Path(mount["mountPath"]) / "interference.json"
-    # Without a ConfigMap the agent decides with the matrix it ships.
+    # Without a ConfigMap the gate decides with the chart's built-in bound, as
+    # placement does; with that off, with the matrix the agent ships.
     default = _agent_pod_spec(helm, "--set", "nodeAgent.phaseGate.enabled=true")
     assert all(v["name"] != "interference" for v in default["volumes"])
     args = build_parser().parse_args([*default["containers"][0]["args"], "--node-name=n"])
-    assert args.phase_gate and args.interference is None and args.phase_gate_max_wait == 600.0
+    assert args.phase_gate and args.interference == "time-slicing"
+    assert args.phase_gate_max_wait == 600.0
+    shipped = _agent_pod_spec(
+        helm, "--set", "nodeAgent.phaseGate.enabled=true", "--set", "sharing.builtinMatrix="
+    )
+    args = build_parser().parse_args([*shipped["containers"][0]["args"], "--node-name=n"])
+    assert args.phase_gate and args.interference is None
 
 
 def _pod_spec(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
@@ -521,7 +528,9 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
     from rlix.extender.main import build_parser as extender_parser
     from rlix.operator.main import parse_args as operator_args
 
-    docs = _render(helm, "--set", "nodeAgent.phaseGate.enabled=true")
+    docs = _render(
+        helm, "--set", "nodeAgent.phaseGate.enabled=true", "--set", "sharing.builtinMatrix="
+    )
     for component in ("extender", "operator", "node-agent"):
         assert _matrix_of(_pod_spec(docs, component)) == (None, []), component
 
@@ -555,6 +564,49 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
     docs = _render(helm, "--set", "sharing.interferenceConfigMap=cluster-matrix")
     assert _matrix_of(_pod_spec(docs, "node-agent")) == (None, [])
     assert _matrix_of(_pod_spec(docs, "operator"))[0] == "cluster-matrix"
+
+
+def test_by_default_the_built_in_time_slicing_bound_reaches_every_component_without_a_volume(
+    helm: Helm,
+) -> None:
+    from rlix.agent.main import build_parser as agent_parser
+    from rlix.extender.main import build_parser as extender_parser
+    from rlix.operator.main import parse_args as operator_args
+
+    # The chart's default: no value to set.
+    docs = _render(helm, "--set", "nodeAgent.phaseGate.enabled=true")
+    for component in ("extender", "operator", "node-agent"):
+        spec = _pod_spec(docs, component)
+        assert _matrix_of(spec) == (None, ["--interference=time-slicing"]), component
+        assert all(v["name"] != "interference" for v in spec.get("volumes", [])), component
+    extender = _pod_spec(docs, "extender")["containers"][0]["args"]
+    assert extender_parser().parse_args(extender).interference == "time-slicing"
+    operator = _pod_spec(docs, "operator")["containers"][0]["args"]
+    assert operator_args(operator).interference == "time-slicing"
+    agent = _pod_spec(docs, "node-agent")["containers"][0]["args"]
+    assert agent_parser().parse_args([*agent, "--node-name=n"]).interference == "time-slicing"
+
+    # A measured matrix wins; without the gate the agent reads none.
+    docs = _render(
+        helm,
+        "--set", "sharing.builtinMatrix=time-slicing",
+        "--set", "sharing.interferenceConfigMap=cluster-matrix",
+    )  # fmt: skip
+    assert _matrix_of(_pod_spec(docs, "extender"))[0] == "cluster-matrix"
+    assert _matrix_of(_pod_spec(docs, "node-agent")) == (None, [])
+
+    # The bound is time-slicing's: under MPS the chart refuses it, saying why.
+    result = helm(
+        "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "sharing.builtinMatrix=time-slicing", "--set", "sharing.interferenceMode=mps",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "holds only for sharing.interferenceMode time_slicing, not mps" in result.stderr
+    result = helm(
+        "template", "t", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "sharing.builtinMatrix=assumed",
+    )  # fmt: skip
+    assert result.returncode != 0 and "builtinMatrix" in result.stderr
 
 
 def test_a_sharing_mode_the_components_do_not_know_is_refused(helm: Helm) -> None:

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from rlix.core.policy.placement import rules_file
-from rlix.core.policy.placement.sharing import DEFAULT_RULES, MEASURED_H200_CELLS, SharingRules
+from rlix.core.policy.placement.sharing import (
+    DEFAULT_RULES,
+    MEASURED_H200_CELLS,
+    TIME_SLICING_CELLS,
+    SharingRules,
+)
 
 MEASURED = Path(__file__).resolve().parents[2] / "bench/results/gpu_interference.json"
 
@@ -61,5 +66,25 @@ def test_the_flags_and_their_modes() -> None:
     assert (args.interference, args.interference_mode) == (None, "time_slicing")
     args = parser.parse_args(["--interference", "m.json", "--interference-mode", "mps"])
     assert (args.interference, args.interference_mode) == (Path("m.json"), "mps")
-    assert "what it changes" in parser.format_help()
+    said = " ".join(parser.format_help().split())
+    assert "what it changes" in said
+    assert "or time-slicing: the built-in bound" in said
     assert json.loads(MEASURED.read_text())  # the example the help names exists
+
+
+def test_time_slicing_names_the_built_in_bound_instead_of_a_file(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    rules_file.add_arguments(parser, "what it changes")
+    assert parser.parse_args(["--interference", "time-slicing"]).interference == "time-slicing"
+    # A file of that name is still reachable by a path.
+    local = parser.parse_args(["--interference", "./time-slicing"]).interference
+    assert local == Path("time-slicing")
+    strict = SharingRules(interference=None, max_jobs_per_gpu=3)
+    given = rules_file.rules_from("time-slicing", "time_slicing", default=strict)
+    assert given == SharingRules(interference=TIME_SLICING_CELLS, max_jobs_per_gpu=3)
+    line = rules_file.describe(given, "time-slicing", "time_slicing")
+    assert "the built-in time-slicing bound" in line
+    # Kernels of two processes run side by side under MPS: the bound says nothing there.
+    refused = "holds only for --interference-mode time_slicing, not mps"
+    with pytest.raises(ValueError, match=refused):
+        rules_file.rules_from("time-slicing", "mps", default=DEFAULT_RULES)

@@ -14,6 +14,7 @@ from rlix.core.policy.placement.sharing import (
     DEFAULT_RULES,
     MEASURED_H200_CELLS,
     PAYING_PAIR,
+    TIME_SLICING_CELLS,
     SharingRules,
     cells_of,
     expected_rates,
@@ -187,6 +188,23 @@ def test_a_pair_that_presses_lightly_over_its_cycle_shares_under_the_measured_ma
         rules=MEASURED_RULES,
     )
     assert filter_nodes(heavy, newcomer.load(*_HEAVY).build(), ["n"]).feasible == []
+
+
+def test_under_the_time_slicing_bound_only_a_pair_that_idles_enough_shares() -> None:
+    # Two busy phases split a time-sliced GPU: one GPU's progress together,
+    # under 4/3 whatever the shapes, so undeclared and fully busy pairs stay
+    # apart; pods busy a fifth of their cycle make 2 / 1.2 = 1.67 GPUs together.
+    rules = SharingRules(TIME_SLICING_CELLS)
+    assert not rules.shares_at_all(0)
+    idle = (("rollout", 0.5, 0.2), ("training", 0.5, 0.2))
+    newcomer = pod("new").job("new").memory(rollout=20 * GiB, training=20 * GiB)
+    for profile, shares in ((None, False), (_HEAVY, False), (idle, True)):
+        resident, arriving = _rollout("a-0", "a", 0), newcomer
+        if profile is not None:
+            resident, arriving = resident.load(*profile), newcomer.load(*profile)
+        snap = cluster().with_nodes(node("n").gpus(1)).with_pods(resident).build()
+        view = PlacementView(snap, rules=rules)
+        assert filter_nodes(view, arriving.build(), ["n"]).feasible == (["n"] if shares else [])
 
 
 def test_a_light_profile_never_loosens_the_protected_class_bound() -> None:

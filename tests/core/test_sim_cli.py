@@ -95,3 +95,29 @@ def test_rules_default_runs_the_cluster_s_rules_and_counts_the_parks_for_memory(
     with pytest.raises(SystemExit):
         parse("--rules", "none")
     assert "invalid choice: 'none'" in capsys.readouterr().err
+
+
+def test_rules_time_slicing_decides_with_the_built_in_bound_and_measures_with_the_run_s_matrix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlix.core.policy.placement.sharing import MEASURED_H200_CELLS, TIME_SLICING_CELLS
+    from rlix.core.sim import engine
+
+    seen: list[tuple[Any, Any]] = []
+    real = engine.simulate
+
+    def recording(*a: Any, **kw: Any) -> Any:
+        seen.append((a[1].policy.rules.interference, a[2].interference.cells))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine, "simulate", recording)
+    for rules in ("time-slicing", "matrix"):
+        args = parse("--mix", "disaggregated", "--jobs", "6", "--scheduler", "rlix",
+                     "--quiet", "--rules", rules)  # fmt: skip
+        assert args.run(args) == 0
+        out = capsys.readouterr().out
+        assert ("the built-in time-slicing bound" in out) == (rules == "time-slicing")
+    assert seen == [
+        (TIME_SLICING_CELLS, MEASURED_H200_CELLS),  # decides with the bound, runs as measured
+        (MEASURED_H200_CELLS, MEASURED_H200_CELLS),
+    ]

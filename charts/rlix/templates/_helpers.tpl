@@ -151,6 +151,7 @@ reads the ConfigMap named by .configMap, indented by .indent after a newline;
 nothing at all when .configMap is "". Dict: root, configMap, part, indent.
 */}}
 {{- define "rlix.interference" -}}
+{{- /* A ConfigMap's file, else the built-in bound named by sharing.builtinMatrix (no volume). */}}
 {{- if .configMap }}
 {{- $lines := "" }}
 {{- if eq .part "args" }}
@@ -161,5 +162,10 @@ nothing at all when .configMap is "". Dict: root, configMap, part, indent.
 {{- $lines = printf "- name: interference\n  configMap: {name: %s}" .configMap }}
 {{- end }}
 {{- $lines | nindent .indent }}
+{{- else if and .builtin (eq .part "args") }}
+{{- if ne .root.Values.sharing.interferenceMode "time_slicing" }}
+{{- fail (printf "sharing.builtinMatrix %s holds only for sharing.interferenceMode time_slicing, not %s: under MPS give the GPUs' own matrix (make gpu-check) in sharing.interferenceConfigMap" .builtin .root.Values.sharing.interferenceMode) }}
+{{- end }}
+{{- printf "- --interference=%s" .builtin | nindent .indent }}
 {{- end }}
 {{- end -}}

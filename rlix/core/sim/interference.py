@@ -36,7 +36,11 @@ from typing import Final
 
 from rlix.core.phases import Phase, Shape, shape_of
 from rlix.core.policy.placement.rules_file import cells_from_document, document_from_json
-from rlix.core.policy.placement.sharing import ASSUMED_CELLS, MEASURED_H200_CELLS
+from rlix.core.policy.placement.sharing import (
+    ASSUMED_CELLS,
+    MEASURED_H200_CELLS,
+    TIME_SLICING_CELLS,
+)
 
 SHAPES: Final = (Shape.COMPUTE, Shape.MEMORY, Shape.NETWORK)
 
@@ -99,6 +103,15 @@ MEASURED_H200: Final = Interference(
     MEASURED_H200_CELLS,
 )
 DEFAULT: Final = MEASURED_H200
+# What a cluster without a measured matrix can decide with (``--interference
+# time-slicing``): a bound on any GPU shared by time slices, not a measurement.
+# ``rlix simulate --rules time-slicing`` has RLix decide with it while the run
+# is still measured under DEFAULT.
+TIME_SLICING_BOUND: Final = Interference(
+    "time-slicing-bound",
+    "built in: what time slices allow on any GPU (two busy phases split it)",
+    TIME_SLICING_CELLS,
+)
 
 
 def from_document(

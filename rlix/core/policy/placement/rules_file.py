@@ -7,6 +7,9 @@ so the component that places a pod, the one that admits its gang and the one
 that gates its phases judge a pair the same way. Without a file the extender
 and the operator keep ``DEFAULT_RULES`` (rules 1-3: any two jobs of one
 priority may share a GPU), the phase gate the shipped H200 measurement.
+Instead of a file, ``--interference time-slicing`` names the built-in bound
+(``sharing.TIME_SLICING_CELLS``: what time slices allow on any GPU), for a
+cluster that has measured no matrix of its own.
 """
 
 from __future__ import annotations
@@ -19,13 +22,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from rlix.core.policy.placement.sharing import BUSY_SHAPES, Cells, SharingRules
+from rlix.core.policy.placement.sharing import (
+    BUSY_SHAPES,
+    TIME_SLICING_CELLS,
+    Cells,
+    SharingRules,
+)
 
 log = logging.getLogger(__name__)
 
 # The file's tables: how the GPUs were shared while it was measured.
 MODES: Final = ("time_slicing", "mps")
 NOISE: Final = 0.01  # measured coefficients this far below 0 are rounding, not speed-ups
+# Matrices that ship with RLix, by the name ``--interference`` takes instead of
+# a file (a file of that name: give it a path, ./time-slicing). Each holds only
+# for the mode named with it.
+BUILTIN: Final = {"time-slicing": (TIME_SLICING_CELLS, "time_slicing")}
+
+# What ``--interference`` names: a matrix file, or a built-in's name.
+Source = Path | str
 
 
 def cells_from_document(doc: Mapping[str, object], mode: str = "time_slicing") -> Cells:
@@ -75,10 +90,30 @@ def read_matrix(path: Path, mode: str = "time_slicing") -> Cells:
         raise ValueError(f"--interference {path}: {exc}") from None
 
 
-def rules_from(path: Path | None, mode: str, *, default: SharingRules) -> SharingRules:
-    """``default`` deciding with the matrix in ``path`` (``default`` itself without one)."""
+def source(text: str) -> Source:
+    """``--interference``'s value: a built-in's name as given, anything else a path."""
+    return text if text in BUILTIN else Path(text)
+
+
+def builtin_cells(name: str, mode: str) -> Cells:
+    """A built-in matrix; ValueError where the GPUs are shared another way than
+    the one it holds for (the time-slicing bound says nothing of MPS)."""
+    cells, holds_for = BUILTIN[name]
+    if mode != holds_for:
+        raise ValueError(
+            f"--interference {name} holds only for --interference-mode {holds_for}, not "
+            f"{mode}: under {mode} measure the GPUs' own matrix (`make gpu-check`) and "
+            "give its file"
+        )
+    return cells
+
+
+def rules_from(path: Source | None, mode: str, *, default: SharingRules) -> SharingRules:
+    """``default`` deciding with the matrix ``path`` names (``default`` itself without one)."""
     if path is None:
         return default
+    if isinstance(path, str):
+        return dataclasses.replace(default, interference=builtin_cells(path, mode))
     return dataclasses.replace(default, interference=read_matrix(path, mode))
 
 
@@ -90,16 +125,24 @@ def from_args(args: argparse.Namespace, *, default: SharingRules) -> SharingRule
     return rules
 
 
-def describe(rules: SharingRules, path: Path | None, mode: str) -> str:
+def origin(path: Source | None, mode: str) -> str:
+    """Where a component's matrix comes from, for its start-up log."""
+    if isinstance(path, str):
+        return f"the built-in {path} bound (no measurement: two busy phases split a GPU)"
+    if path is not None:
+        return f"{path} ({mode})"
+    return "the shipped H200 measurement"
+
+
+def describe(rules: SharingRules, path: Source | None, mode: str) -> str:
     """One line for a component's start-up log: which rules it decides with."""
     if rules.interference is None:
         return (
             "sharing rules 1-3 (no interference matrix: any two jobs of one priority "
             f"may share a GPU, at most {rules.max_jobs_per_gpu} per GPU)"
         )
-    source = f"{path} ({mode})" if path is not None else "the shipped H200 measurement"
     return (
-        f"sharing rules 1-6 with the interference matrix from {source}: a pair shares "
+        f"sharing rules 1-6 with the interference matrix from {origin(path, mode)}: a pair shares "
         f"only where it delivers >= {rules.min_pair_progress:.2f} GPUs of progress "
         "and both peaks fit one GPU"
     )
@@ -110,11 +153,13 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, eff
     matrix changes in this component and what it does without one."""
     parser.add_argument(
         "--interference",
-        type=Path,
+        type=source,
         default=None,
         metavar="FILE",
         help=f"the interference matrix, the JSON `make gpu-check` writes for the "
-        f"cluster's GPUs (bench/results/gpu_interference.json is an H200's): {effect}",
+        f"cluster's GPUs (bench/results/gpu_interference.json is an H200's), or "
+        f"time-slicing: the built-in bound for GPUs shared by time slices when none was "
+        f"measured (two busy phases split a GPU; only idle phases make a pair pay): {effect}",
     )
     parser.add_argument(
         "--interference-mode",

@@ -59,7 +59,9 @@ the policy decides with the model it is measured under.
 ``DEFAULT_RULES``, what the extender, the operator and the conductor use, has
 no matrix (rules 1-3 only): no matrix has been measured for a cluster's own
 GPUs and kernels. ``SharingRules()`` itself defaults to the measured H200
-matrix, which is what the benchmark's RLix decides with.
+matrix, which is what the benchmark's RLix decides with. Where no matrix was
+measured, ``TIME_SLICING_CELLS`` (what time-slicing allows on any GPU, a
+bound) turns rules 4-6 on without one (``--interference time-slicing``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,23 @@ ASSUMED_CELLS: Final = cells_of(
         Shape.COMPUTE: {Shape.COMPUTE: 1.0, Shape.MEMORY: 0.3, Shape.NETWORK: 0.1},
         Shape.MEMORY: {Shape.COMPUTE: 0.4, Shape.MEMORY: 1.0, Shape.NETWORK: 0.1},
         Shape.NETWORK: {Shape.COMPUTE: 0.1, Shape.MEMORY: 0.1, Shape.NETWORK: 0.1},
+    }
+)
+# What CUDA time-slicing allows on any GPU, measured on none: the contexts of
+# two processes take turns on the SMs, so two busy phases split the GPU (each
+# at half speed, one GPU's progress together, the most that time slices can
+# give; the H200 above made 0.90-0.95 of it), while weight sync's copies run
+# on the copy engines beside any kernel and two of them split the link. A
+# bound, not a measurement: no two busy phases reach rule 5's 4/3 under it, so
+# a pair shares only where its load profiles leave one of them idle, which is
+# what the measured matrix lets RLix do too. For clusters without a matrix of
+# their own (``--interference time-slicing``); it does not hold under MPS,
+# where kernels of two processes run side by side.
+TIME_SLICING_CELLS: Final = cells_of(
+    {
+        Shape.COMPUTE: {Shape.COMPUTE: 1.0, Shape.MEMORY: 1.0, Shape.NETWORK: 0.0},
+        Shape.MEMORY: {Shape.COMPUTE: 1.0, Shape.MEMORY: 1.0, Shape.NETWORK: 0.0},
+        Shape.NETWORK: {Shape.COMPUTE: 0.0, Shape.MEMORY: 0.0, Shape.NETWORK: 1.0},
     }
 )
 
