@@ -137,6 +137,7 @@ bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/re
 	$(PY) bench/simulate.py --mix disaggregated --no-compare
 	$(PY) bench/simulate.py --mix small-lab --mix mixed-tenants --gpu-memory-utilization 0.9
 	$(PY) bench/simulate.py --mix mixed-tenants --mix trace --top-grace 0 --class-grace 0
+	$(PY) bench/sharing_rules.py
 	$(PY) bench/extender_latency.py --uvicorn
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/operator_admission.py
 	$(PY) bench/agent_latency.py
