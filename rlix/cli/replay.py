@@ -28,12 +28,14 @@ why each node was rejected and how the feasible nodes rank.
   curl -s 127.0.0.1:8888/debug/snapshot | rlix replay - pod.yaml
   rlix replay --from-url http://127.0.0.1:8888 pod.yaml --json
   rlix replay snapshot.json pod.yaml --interference gpu_interference.json
+  rlix replay snapshot.json pod.yaml --interference time-slicing
 
 The pod is a Pod object (JSON or YAML, as `kubectl get pod -o yaml` writes it)
 or a workload entry of a snapshot. A pod already bound in the snapshot is
 replayed as if it were still pending (its own entry is left out). The
 sharing rules are the ones the snapshot says its extender decided with;
---interference asks what an extender given that matrix would have said.
+--interference asks what an extender given that matrix (or the built-in
+time-slicing bound) would have said.
 """
 
 USAGE = (

@@ -134,6 +134,14 @@ def test_the_report_says_its_sharing_rules_and_a_matrix_can_be_asked_about(
         capsys.readouterr().out
     )
 
+    # The built-in bound refuses the same undeclared pair (one GPU's progress
+    # together), so the pod takes the same empty GPUs.
+    bound = ["replay", str(snap), str(pod_file), "--interference", "time-slicing", "--json"]
+    assert main(bound) == 0
+    asked = json.loads(capsys.readouterr().out)
+    assert asked["ranking"] == report["ranking"]
+    assert asked["sharingRules"]["interference"]["memory"]["compute"] == 1.0
+
     said = tmp_path / "with-matrix.json"
     doc = {**json.loads(snap.read_text()), "sharingRules": report["sharingRules"]}
     said.write_text(json.dumps(doc))

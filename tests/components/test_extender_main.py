@@ -81,6 +81,16 @@ def test_decides_with_the_interference_matrix_it_is_given() -> None:
     assert rules["minPairProgress"] == 4 / 3
 
 
+def test_decides_with_the_built_in_time_slicing_bound_when_named() -> None:
+    with serving("--interference", "time-slicing") as base:
+        rules = _rules(base)
+    # Two busy phases split a time-sliced GPU; weight sync's copies overlap kernels.
+    assert rules["interference"]["compute"]["memory"] == 1.0
+    assert rules["interference"]["memory"]["compute"] == 1.0
+    assert rules["interference"]["network"]["compute"] == 0.0
+    assert rules["minPairProgress"] == 4 / 3
+
+
 def test_an_unreadable_matrix_is_a_usage_error_naming_the_file_and_why(tmp_path: Path) -> None:
     bad = tmp_path / "interference.json"
     bad.write_text('{"time_slicing": {"slowdown": {"compute": {"compute": "fast"}}}}')

@@ -72,7 +72,7 @@ def test_the_flags_and_their_modes() -> None:
     assert json.loads(MEASURED.read_text())  # the example the help names exists
 
 
-def test_time_slicing_names_the_built_in_bound_instead_of_a_file(tmp_path: Path) -> None:
+def test_time_slicing_names_the_built_in_bound_instead_of_a_file() -> None:
     parser = argparse.ArgumentParser()
     rules_file.add_arguments(parser, "what it changes")
     assert parser.parse_args(["--interference", "time-slicing"]).interference == "time-slicing"
