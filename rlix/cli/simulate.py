@@ -40,6 +40,12 @@ by time slices (no measurement) instead of the run's matrix, which still
 decides how fast the jobs go.
 """
 
+# --rules other than "matrix" (the run's own): what the header says RLix decides with.
+OTHER_RULES = {
+    "default": "the cluster's default rules (1-3, no interference matrix)",
+    "time-slicing": "rules 1-6 with the built-in time-slicing bound, not the run's matrix",
+}
+
 SUSPEND_BYTES_PER_S = {
     # name: (device-to-host, host-to-device) bytes/s; see rlix.core.sim.hardware
     "link": ("PCIE_D2H_BYTES_PER_S", "PCIE_H2D_BYTES_PER_S"),
@@ -105,7 +111,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--rules",
         default="matrix",
-        choices=("matrix", "default", "time-slicing"),
+        choices=("matrix", *OTHER_RULES),
         help="RLix's sharing rules: matrix = with the interference matrix (rules 1-6); "
         "default = the cluster components' without --interference (rules 1-3), with the "
         "conductor parking pairs that outgrow a GPU; time-slicing = the components' "
@@ -153,13 +159,13 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
         grace=Grace(args.top_grace, args.class_grace, args.aging),
     )
     mix = make_mix(args.mix, seed=args.seed, jobs=args.jobs)
+    decides_with = {"default": None, "time-slicing": TIME_SLICING_BOUND}  # keys: OTHER_RULES
     results, speeds = [], []
     for name in args.scheduler or list(SCHEDULERS):
         started = time.perf_counter()
-        decides_with = {"default": None, "time-slicing": TIME_SLICING_BOUND}
         chosen = (
             rlix(decides_with[args.rules])
-            if name == "rlix" and args.rules in decides_with
+            if name == "rlix" and args.rules in OTHER_RULES
             else scheduler(name, config.interference)
         )
         result = simulate(mix, chosen, config, progress=_progress(name, args.quiet))
@@ -179,13 +185,8 @@ def run(args: argparse.Namespace) -> int:
 
     results, ideal, speeds = run_mix(args)
     print(f"mix {args.mix} (seed {args.seed}): {results[0].jobs} jobs on {results[0].gpus} GPUs")
-    if any(r.scheduler == "rlix" for r in results):
-        said = {
-            "default": "the cluster's default rules (1-3, no interference matrix)",
-            "time-slicing": "rules 1-6 with the built-in time-slicing bound, not the run's matrix",
-        }
-        if args.rules in said:
-            print(f"rlix decides with {said[args.rules]}")
+    if args.rules in OTHER_RULES and any(r.scheduler == "rlix" for r in results):
+        print(f"rlix decides with {OTHER_RULES[args.rules]}")
     print(table(results, ideal))
     for r, s in zip(results, speeds, strict=True):
         print(
