@@ -777,6 +777,11 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         cluster_name=args.cluster_name,
         workdir=args.workdir,
+        # The rules without a matrix, as bench/results/chaos.md was run: jobs
+        # share wherever memory fits, the most sharing and parking the
+        # invariants can be put through (the demo's own default, the chart's
+        # time-slicing bound, shares only complementary pairs).
+        interference=None,
     )
     chaos = Chaos(options, args)
     result = chaos.run()

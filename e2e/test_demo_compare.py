@@ -75,6 +75,13 @@ def test_compare_prints_a_table_computed_from_both_runs(tmp_path: Path) -> None:
     assert printed["exclusive"]["preemptions"] == 0
     md = (out / "demo_compare.md").read_text()
     assert "RLix/excl." in md
+    # RLix decided as the chart does by default, and says so where it ran.
+    said = "sharing rules 1-6 with the interference matrix from the built-in time-slicing bound"
+    assert f"RLix: {said}" in result.stdout
+    assert f"decided with {said}" in md
+    logs = tmp_path / "work" / "rlix" / "logs"
+    for component in ("extender", "operator"):
+        assert said in (logs / f"{component}.log").read_text(), component
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "demo_compare.png").read_bytes()[:4] == b"\x89PNG"
     else:

@@ -32,6 +32,12 @@ It prints progress every 2 seconds and ends with a summary table (jobs done,
 GPU idle %, preemptions and how many were resumed, GPUs shared). The cluster is
 deleted at the end unless --keep.
 
+RLix decides who may share a GPU as the Helm chart does by default: with the
+built-in time-slicing bound (a pair shares only where its declared phases
+leave one side idle enough to pay). --interference FILE decides with a
+measured matrix instead (`make gpu-check` writes one), --interference none
+with memory alone (rules 1-3); docs/simulator.md says what each costs.
+
 With --compare it runs the same jobs twice on one cluster: first as plain pods
 on whole GPUs through kube-scheduler's default profile (no RLix), then with
 RLix, and prints GPU idle, jobs/h, mean latency, fragmentation, GPUs shared and
@@ -76,6 +82,16 @@ def add_parser(sub: Any) -> None:
         help="with --compare: write demo_compare.md, .json (the records) and .png here",
     )
     p.add_argument(
+        "--interference",
+        type=_interference,
+        default="time-slicing",
+        metavar="time-slicing|FILE|none",
+        help="the interference matrix the extender and the operator decide sharing with: "
+        "the built-in time-slicing bound (default, the chart's sharing.builtinMatrix), a "
+        "matrix file `make gpu-check` writes (bench/results/gpu_interference.json is an "
+        "H200's), or none: any two jobs of one priority whose memory fits may share",
+    )
+    p.add_argument(
         "--kubeconfig",
         type=Path,
         help="use this existing cluster (kind, ...) instead of the embedded one; it needs "
@@ -84,16 +100,28 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _interference(text: str) -> Path | str | None:
+    """``--interference``'s value: ``rules_file.source``'s, or None for "none"."""
+    from rlix.core.policy.placement.rules_file import source
+
+    return None if text == "none" else source(text)
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlix.demo.runner import Demo, DemoOptions
+    from rlix.demo.runner import Demo, DemoOptions, sharing_rules
     from rlix.demo.workload import demo_jobs
 
     if args.out is not None and not args.compare:
         print("rlix demo: --out needs --compare", file=sys.stderr)
+        return 2
+    try:  # a matrix file that cannot be read fails here, not in a component's log
+        sharing = sharing_rules(args.interference)
+    except ValueError as err:
+        print(f"rlix demo: {err}", file=sys.stderr)
         return 2
     jobs = demo_jobs()
     if args.jobs is not None:
@@ -110,13 +138,14 @@ def run(args: argparse.Namespace) -> int:
         cluster_name=args.cluster_name,
         workdir=args.workdir,
         kubeconfig=args.kubeconfig,
+        interference=args.interference,
     )
     # SIGTERM (a CI timeout, `kill`) must unwind like Ctrl-C, so the finally blocks
     # stop every process the demo started instead of orphaning them.
     signal.signal(signal.SIGTERM, _interrupt)
     demo = Demo(options, jobs=jobs)
     if args.compare:
-        return _reported(demo.compare, lambda runs: _report_compare(demo, runs, args))
+        return _reported(demo.compare, lambda runs: _report_compare(demo, runs, args, sharing))
     return _reported(demo.run, lambda summary: _report_run(summary, args))
 
 
@@ -145,11 +174,12 @@ def _report_run(summary: dict[str, Any], args: argparse.Namespace) -> int:
     return 0 if summary["jobs_succeeded"] == summary["jobs"] else 1
 
 
-def _report_compare(demo: Any, runs: Any, args: argparse.Namespace) -> int:
+def _report_compare(demo: Any, runs: Any, args: argparse.Namespace, sharing: str) -> int:
     from rlix.demo.compare import results
 
-    found = results(runs, args.out)
+    found = results(runs, args.out, sharing)
     sys.stdout.write(found.table)
+    print(f"RLix: {sharing}")
     if found.png is not None:
         print(f"timeline: {found.png}")
     else:

@@ -24,8 +24,9 @@ class Results:
     png_skipped: str | None  # why no PNG was drawn
 
 
-def results(runs: list[RunRecord], out: Path | None) -> Results:
-    """The numbers and table; with ``out``, also write the records, table and PNG there."""
+def results(runs: list[RunRecord], out: Path | None, sharing: str = "") -> Results:
+    """The numbers and table; with ``out``, also write the records, table and PNG
+    there. ``sharing``: the rules RLix decided with (its components' start-up line)."""
     by_mode = {r.mode: r for r in runs}
     exclusive, rlix = metrics.compute(by_mode["exclusive"]), metrics.compute(by_mode["rlix"])
     table = metrics.format_table(exclusive, rlix)
@@ -38,11 +39,13 @@ def results(runs: list[RunRecord], out: Path | None) -> Results:
         if skipped is None:
             png = out / "demo_compare.png"
             timeline.draw(runs, png)
-        (out / "demo_compare.md").write_text(_markdown(runs, table, png, skipped))
+        (out / "demo_compare.md").write_text(_markdown(runs, table, png, skipped, sharing))
     return Results(exclusive, rlix, table, png, skipped)
 
 
-def _markdown(runs: list[RunRecord], table: str, png: Path | None, skipped: str | None) -> str:
+def _markdown(
+    runs: list[RunRecord], table: str, png: Path | None, skipped: str | None, sharing: str
+) -> str:
     first = runs[0]
     nodes, gpus = len(first.gpus_per_node), sum(first.gpus_per_node.values())
     lines = [
@@ -55,6 +58,7 @@ def _markdown(runs: list[RunRecord], table: str, png: Path | None, skipped: str 
         "metric are defined in docs/demo.md; the records every number is computed from",
         "are in `demo_compare.json` beside this file.",
         "",
+        *([f"RLix's extender and operator decided with {sharing}.", ""] if sharing else []),
         "```",
         table.strip("\n"),
         "```",

@@ -10,8 +10,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlix.core.policy.placement.rules_file import Source
 from rlix.devcluster import processes
 from rlix.devcluster.processes import Component, url_ok, wait_until
+
+
+def _rules_args(interference: Source | None) -> list[str]:
+    """The sharing flags the chart gives the extender and the operator
+    (``sharing.builtinMatrix`` or ``sharing.interferenceMatrix``); none: rules 1-3."""
+    return [] if interference is None else ["--interference", str(interference)]
 
 
 @dataclass
@@ -23,10 +30,17 @@ class Components:
     def _py(self, module: str, *args: str) -> list[str]:
         return [sys.executable, "-m", module, *args]
 
-    def extender(self, port: int) -> Component:
+    def extender(self, port: int, interference: Source | None = None) -> Component:
         c = Component(
             "extender",
-            self._py("rlix.extender", "--port", str(port), "--kubeconfig", str(self.kubeconfig)),
+            self._py(
+                "rlix.extender",
+                "--port",
+                str(port),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                *_rules_args(interference),
+            ),
             self.workdir / "logs" / "extender.log",
         )
         c.start()
@@ -34,7 +48,7 @@ class Components:
         wait_until("extender", c, lambda: url_ok(f"http://127.0.0.1:{port}/readyz"))
         return c
 
-    def operator(self) -> Component:
+    def operator(self, interference: Source | None = None) -> Component:
         live, webhook, metrics = processes.free_ports(3)
         c = Component(
             "operator",
@@ -52,6 +66,7 @@ class Components:
                 f"http://127.0.0.1:{live}/healthz",
                 "--backoff-base-seconds",
                 "1",
+                *_rules_args(interference),
             ),
             self.workdir / "logs" / "operator.log",
         )

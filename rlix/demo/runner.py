@@ -18,6 +18,9 @@ import yaml
 from rlix.core import names
 from rlix.core.crdgen import rljob_crd
 from rlix.core.objects import ObjectError, read_pod
+from rlix.core.policy.placement import rules_file
+from rlix.core.policy.placement.rules_file import Source
+from rlix.core.policy.placement.sharing import DEFAULT_RULES
 from rlix.core.suspension import PodSuspension
 from rlix.demo import exclusive, metrics
 from rlix.demo.components import Components
@@ -65,6 +68,17 @@ class DemoOptions:
     # The embedded cluster's name: a second run (make chaos beside make demo)
     # needs its own, or one would tear down the other's.
     cluster_name: str = "rlix-demo"
+    # The matrix the extender and the operator decide sharing with: the
+    # chart's default (sharing.builtinMatrix), so the demo shows what a
+    # `helm install` runs; None: rules 1-3 (memory alone).
+    interference: Source | None = "time-slicing"
+
+
+def sharing_rules(interference: Source | None) -> str:
+    """The line the extender and the operator log at start for these flags
+    (``rules_file.describe``); ValueError naming a matrix file that cannot be read."""
+    rules = rules_file.rules_from(interference, "time_slicing", default=DEFAULT_RULES)
+    return rules_file.describe(rules, interference, "time_slicing")
 
 
 class Demo:
@@ -183,12 +197,13 @@ class Demo:
         runtime: PodRuntime | None = None
         try:
             self.log("==> [2/5] RLJob CRD, extender, operator")
+            self.log(f"    {sharing_rules(self.o.interference)}")
             cluster.apply([rljob_crd()])
             cluster.kubectl(
                 "wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s"
             )
-            components.extender(extender_port)
-            components.operator()
+            components.extender(extender_port, self.o.interference)
+            components.operator(self.o.interference)
             kube = Kube(str(cluster.kubeconfig))
             runtime = self._agents(components, kube, workdir, dra=True)
             self._await_claims(kube, runtime.gpus_per_node)

@@ -13,13 +13,18 @@ from typing import Any
 
 import pytest
 
+from rlix.cli import demo as demo_cli
 from rlix.cli.main import main
 from rlix.core import dra, names
 from rlix.core.objects import read_pod
-from rlix.demo import compare, exclusive, metrics, timeline
+from rlix.demo import compare, components, exclusive, metrics, timeline
 from rlix.demo.pods import PodRuntime
 from rlix.demo.record import JobRecord, PodRecord, RunRecord, epoch, load
+from rlix.demo.runner import Demo, sharing_rules
 from rlix.demo.workload import demo_jobs
+
+# The H200 matrix the repository ships (``make gpu-check`` writes one like it).
+MATRIX = Path(__file__).resolve().parents[2] / "bench" / "results" / "gpu_interference.json"
 
 
 def _pod(uid: str, job: str, gpus: list[int], bound: float, ended: float, **kw: Any) -> PodRecord:
@@ -214,16 +219,50 @@ def test_results_write_records_table_and_png(tmp_path: Path) -> None:
     assert [metrics.compute(r) for r in runs] == [found.exclusive, found.rlix]
 
 
-def test_without_matplotlib_the_png_is_skipped_and_said_why(
+@pytest.mark.parametrize(
+    ("given", "flags", "said"),
+    [
+        (None, [], "sharing rules 1-3"),  # --interference none
+        ("time-slicing", ["--interference", "time-slicing"], "built-in time-slicing bound"),
+        (MATRIX, ["--interference", str(MATRIX)], str(MATRIX)),
+    ],
+)
+def test_the_extender_and_the_operator_get_the_demo_rules(
+    given: Path | str | None, flags: list[str], said: str
+) -> None:
+    """The demo starts its components with the chart's flags for the rules it
+    names, and says the line those components log."""
+    assert components._rules_args(given) == flags
+    assert said in sharing_rules(given)
+
+
+def test_the_demo_decides_as_the_chart_does_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[object] = []
+    monkeypatch.setattr(Demo, "run", lambda self: seen.append(self.o.interference))
+    monkeypatch.setattr(demo_cli, "_report_run", lambda summary, args: 0)
+    for argv, want in [
+        ([], "time-slicing"),
+        (["--interference", "none"], None),
+        (["--interference", str(MATRIX)], MATRIX),
+    ]:
+        assert main(["demo", *argv]) == 0
+        assert seen.pop() == want
+
+
+def test_without_matplotlib_the_png_is_skipped_and_said_why_and_the_rules_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(timeline, "missing_reason", lambda: "matplotlib is not installed")
     base = _two_jobs()
     base.mode = "exclusive"
-    found = compare.results([base, _two_jobs()], tmp_path)
+    line = sharing_rules("time-slicing")
+    found = compare.results([base, _two_jobs()], tmp_path, line)
     assert found.png is None and found.png_skipped == "matplotlib is not installed"
     assert not (tmp_path / "demo_compare.png").exists()
-    assert "matplotlib is not installed" in (tmp_path / "demo_compare.md").read_text()
+    page = (tmp_path / "demo_compare.md").read_text()
+    assert "matplotlib is not installed" in page
+    # The page says which rules RLix decided with.
+    assert f"RLix's extender and operator decided with {line}." in page
     assert json.loads((tmp_path / "demo_compare.json").read_text())[0]["mode"] == "exclusive"
 
 
@@ -233,6 +272,7 @@ def test_without_matplotlib_the_png_is_skipped_and_said_why(
         (["--out", "x"], "--out needs --compare"),
         (["--compare", "--jobs", "0"], "--jobs must be 1..8, got 0"),
         (["--jobs", "9"], "--jobs must be 1..8, got 9"),
+        (["--interference", "no-such-matrix.json"], "--interference no-such-matrix.json: "),
     ],
 )
 def test_bad_demo_arguments_are_refused_before_anything_starts(
