@@ -613,3 +613,51 @@ def test_a_sharing_mode_the_components_do_not_know_is_refused(helm: Helm) -> Non
     )  # fmt: skip
     assert result.returncode != 0
     assert "sharing" in result.stderr and "interferenceMode" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ([], ["the built-in time-slicing bound (no measurement)", "make gpu-check"]),
+        (["sharing.builtinMatrix="], ["rules 1-3 only (no interference matrix)"]),
+        (
+            ["sharing.interferenceConfigMap=rlix-interference"],
+            ["the interference matrix in configmap/rlix-interference, its time_slicing table."],
+        ),
+        (
+            ["nodeAgent.mps.enabled=true"],
+            ["the built-in time-slicing bound", "give the matrix's mps table"],
+        ),
+        (
+            ["sharing.interferenceConfigMap=m", "sharing.interferenceMode=mps"],
+            ["its mps table.", "nodeAgent.mps.enabled is false"],
+        ),
+        (
+            [
+                "nodeAgent.mps.enabled=true",
+                "sharing.interferenceConfigMap=m",
+                "sharing.interferenceMode=mps",
+            ],
+            ["the interference matrix in configmap/m, its mps table."],
+        ),
+    ],
+)
+def test_the_install_notes_say_which_sharing_rules_it_decides_with(
+    values: list[str], said: list[str]
+) -> None:
+    """Rendered by a client dry run of helm 4 (helm 3's install asks a cluster
+    for its version even then, and `helm template` leaves NOTES.txt out)."""
+    sets = [arg for v in values for arg in ("--set", v)]
+    out = subprocess.run(
+        [str(bin_dir() / "helm4"), "install", "t", str(CHART), "--dry-run=client", *sets],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    notes = out[out.index("Sharing (who may share a GPU") : out.index("Check it:")]
+    for line in said:
+        assert line in " ".join(notes.split()), (values, notes)
+    # A note on a mismatch only where MPS and the table disagree.
+    mps_on = "nodeAgent.mps.enabled=true" in values
+    mps_table = "sharing.interferenceMode=mps" in values
+    assert ("Note:" in notes) == (mps_on != mps_table), (values, notes)
