@@ -126,6 +126,9 @@ def test_install_rbac_upgrade_uninstall(
 ) -> None:
     release = "r" + namespace[-6:]
     _helm_release(helm, "install", release, namespace)
+    # The notes name the sharing rules the release decides with (the default's).
+    notes = helm("get", "notes", release, "-n", namespace).stdout
+    assert "the built-in time-slicing bound (no measurement)" in notes, notes
     prefix = f"{release}-rlix"
     for deploy in ("operator", "extender", "scheduler"):
         local_cluster.kubectl(
