@@ -9,7 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from rlix.core.policy.placement.rules_file import Source
 
 _T = TypeVar("_T")
 
@@ -100,7 +103,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _interference(text: str) -> Path | str | None:
+def _interference(text: str) -> Source | None:
     """``--interference``'s value: ``rules_file.source``'s, or None for "none"."""
     from rlix.core.policy.placement.rules_file import source
 
@@ -112,16 +115,11 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlix.demo.runner import Demo, DemoOptions, sharing_rules
+    from rlix.demo.runner import Demo, DemoOptions
     from rlix.demo.workload import demo_jobs
 
     if args.out is not None and not args.compare:
         print("rlix demo: --out needs --compare", file=sys.stderr)
-        return 2
-    try:  # a matrix file that cannot be read fails here, not in a component's log
-        sharing = sharing_rules(args.interference)
-    except ValueError as err:
-        print(f"rlix demo: {err}", file=sys.stderr)
         return 2
     jobs = demo_jobs()
     if args.jobs is not None:
@@ -140,12 +138,16 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         interference=args.interference,
     )
+    try:  # a matrix file that cannot be read fails here, not in a component's log
+        demo = Demo(options, jobs=jobs)
+    except ValueError as err:
+        print(f"rlix demo: {err}", file=sys.stderr)
+        return 2
     # SIGTERM (a CI timeout, `kill`) must unwind like Ctrl-C, so the finally blocks
     # stop every process the demo started instead of orphaning them.
     signal.signal(signal.SIGTERM, _interrupt)
-    demo = Demo(options, jobs=jobs)
     if args.compare:
-        return _reported(demo.compare, lambda runs: _report_compare(demo, runs, args, sharing))
+        return _reported(demo.compare, lambda runs: _report_compare(demo, runs, args))
     return _reported(demo.run, lambda summary: _report_run(summary, args))
 
 
@@ -174,12 +176,12 @@ def _report_run(summary: dict[str, Any], args: argparse.Namespace) -> int:
     return 0 if summary["jobs_succeeded"] == summary["jobs"] else 1
 
 
-def _report_compare(demo: Any, runs: Any, args: argparse.Namespace, sharing: str) -> int:
+def _report_compare(demo: Any, runs: Any, args: argparse.Namespace) -> int:
     from rlix.demo.compare import results
 
-    found = results(runs, args.out, sharing)
+    found = results(runs, args.out, demo.sharing)
     sys.stdout.write(found.table)
-    print(f"RLix: {sharing}")
+    print(f"RLix: {demo.sharing}")
     if found.png is not None:
         print(f"timeline: {found.png}")
     else:

@@ -17,7 +17,8 @@ from rlix.devcluster.processes import Component, url_ok, wait_until
 
 def _rules_args(interference: Source | None) -> list[str]:
     """The sharing flags the chart gives the extender and the operator
-    (``sharing.builtinMatrix`` or ``sharing.interferenceMatrix``); none: rules 1-3."""
+    (``sharing.builtinMatrix``, or a file as from ``sharing.interferenceConfigMap``);
+    none: rules 1-3."""
     return [] if interference is None else ["--interference", str(interference)]
 
 

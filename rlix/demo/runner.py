@@ -86,6 +86,9 @@ class Demo:
         self, options: DemoOptions, *, log: Log = _log, jobs: list[DemoJob] | None = None
     ) -> None:
         self.o = options
+        # The line the extender and the operator will log; reading a matrix
+        # file here refuses a bad one (ValueError) before anything starts.
+        self.sharing = sharing_rules(options.interference)
         self.log = log
         self.jobs = {j.name: j for j in (jobs if jobs is not None else demo_jobs())}
         self.tally = Tally()
@@ -197,7 +200,7 @@ class Demo:
         runtime: PodRuntime | None = None
         try:
             self.log("==> [2/5] RLJob CRD, extender, operator")
-            self.log(f"    {sharing_rules(self.o.interference)}")
+            self.log(f"    {self.sharing}")
             cluster.apply([rljob_crd()])
             cluster.kubectl(
                 "wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s"
