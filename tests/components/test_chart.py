@@ -521,14 +521,27 @@ def _matrix_of(spec: dict[str, Any]) -> tuple[str | None, list[str]]:
     return volume["configMap"]["name"], given
 
 
-def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm: Helm) -> None:
-    """Placement, admission and the phase gate judge a pair with the same file;
-    the gate may have one of its own. Every argument list parses with the
-    component's own parser, so a flag the chart writes is one it accepts."""
+def _parsed(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each sharing component's container args, parsed by the component's own parser."""
     from rlix.agent.main import build_parser as agent_parser
     from rlix.extender.main import build_parser as extender_parser
     from rlix.operator.main import parse_args as operator_args
 
+    args = {
+        c: _pod_spec(docs, c)["containers"][0]["args"]
+        for c in ("extender", "operator", "node-agent")
+    }
+    return {
+        "extender": extender_parser().parse_args(args["extender"]),
+        "operator": operator_args(args["operator"]),
+        "node-agent": agent_parser().parse_args([*args["node-agent"], "--node-name=n"]),
+    }
+
+
+def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm: Helm) -> None:
+    """Placement, admission and the phase gate judge a pair with the same file;
+    the gate may have one of its own. Every argument list parses with the
+    component's own parser, so a flag the chart writes is one it accepts."""
     docs = _render(
         helm, "--set", "nodeAgent.phaseGate.enabled=true", "--set", "sharing.builtinMatrix="
     )
@@ -545,12 +558,10 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
         name, given = _matrix_of(_pod_spec(docs, component))
         assert name == "cluster-matrix", component
         assert "--interference-mode=mps" in given, component
-    extender = _pod_spec(docs, "extender")["containers"][0]["args"]
-    assert extender_parser().parse_args(extender).interference_mode == "mps"
-    operator = _pod_spec(docs, "operator")["containers"][0]["args"]
-    assert str(operator_args(operator).interference).endswith("/interference.json")
-    agent = _pod_spec(docs, "node-agent")["containers"][0]["args"]
-    assert agent_parser().parse_args([*agent, "--node-name=n"]).interference_mode == "mps"
+    parsed = _parsed(docs)
+    assert parsed["extender"].interference_mode == "mps"
+    assert str(parsed["operator"].interference).endswith("/interference.json")
+    assert parsed["node-agent"].interference_mode == "mps"
 
     # The gate's own ConfigMap wins for the gate alone; without the gate the
     # agent reads no matrix (--interference is the gate's).
@@ -570,22 +581,14 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
 def test_by_default_the_built_in_time_slicing_bound_reaches_every_component_without_a_volume(
     helm: Helm,
 ) -> None:
-    from rlix.agent.main import build_parser as agent_parser
-    from rlix.extender.main import build_parser as extender_parser
-    from rlix.operator.main import parse_args as operator_args
-
     # The chart's default: no value to set.
     docs = _render(helm, "--set", "nodeAgent.phaseGate.enabled=true")
     for component in ("extender", "operator", "node-agent"):
         spec = _pod_spec(docs, component)
         assert _matrix_of(spec) == (None, ["--interference=time-slicing"]), component
         assert all(v["name"] != "interference" for v in spec.get("volumes", [])), component
-    extender = _pod_spec(docs, "extender")["containers"][0]["args"]
-    assert extender_parser().parse_args(extender).interference == "time-slicing"
-    operator = _pod_spec(docs, "operator")["containers"][0]["args"]
-    assert operator_args(operator).interference == "time-slicing"
-    agent = _pod_spec(docs, "node-agent")["containers"][0]["args"]
-    assert agent_parser().parse_args([*agent, "--node-name=n"]).interference == "time-slicing"
+    for component, parsed in _parsed(docs).items():
+        assert parsed.interference == "time-slicing", component
 
     # A measured matrix wins; without the gate the agent reads none.
     docs = _render(

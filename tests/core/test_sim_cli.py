@@ -74,6 +74,14 @@ def test_the_grace_shares_reach_the_simulation_and_a_negative_is_refused(
     assert "'-1' is not a share" in capsys.readouterr().err
 
 
+def _rlix_disaggregated(capsys: pytest.CaptureFixture[str], jobs: int, rules: str) -> str:
+    """`rlix simulate` of the first ``jobs`` disaggregated jobs, RLix alone; its output."""
+    args = parse("--mix", "disaggregated", "--jobs", str(jobs), "--scheduler", "rlix",
+                 "--quiet", "--rules", rules)  # fmt: skip
+    assert args.run(args) == 0
+    return capsys.readouterr().out
+
+
 def test_rules_default_runs_the_cluster_s_rules_and_counts_the_parks_for_memory(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -82,10 +90,7 @@ def test_rules_default_runs_the_cluster_s_rules_and_counts_the_parks_for_memory(
     # the matrix (the default) rule 6 admits no such pair.
     rows = {}
     for rules in ("default", "matrix"):
-        args = parse("--mix", "disaggregated", "--jobs", "20", "--scheduler", "rlix",
-                     "--quiet", "--rules", rules)  # fmt: skip
-        assert args.run(args) == 0
-        out = capsys.readouterr().out
+        out = _rlix_disaggregated(capsys, 20, rules)
         assert ("the cluster's default rules" in out) == (rules == "default")
         rows[rules] = next(
             line for line in out.splitlines() if line.startswith("| parks for memory")
@@ -112,10 +117,7 @@ def test_rules_time_slicing_decides_with_the_built_in_bound_and_measures_with_th
 
     monkeypatch.setattr(engine, "simulate", recording)
     for rules in ("time-slicing", "matrix"):
-        args = parse("--mix", "disaggregated", "--jobs", "6", "--scheduler", "rlix",
-                     "--quiet", "--rules", rules)  # fmt: skip
-        assert args.run(args) == 0
-        out = capsys.readouterr().out
+        out = _rlix_disaggregated(capsys, 6, rules)
         assert ("the built-in time-slicing bound" in out) == (rules == "time-slicing")
     assert seen == [
         (TIME_SLICING_CELLS, MEASURED_H200_CELLS),  # decides with the bound, runs as measured
