@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from rlix.core.names import (
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_SINCE,
 )
+from rlix.devcluster.processes import free_port
 from tests.support.agent_fakes import AgentProcess, exchange
 
 # tgkill(2): a signal to one thread of a process (not in the os module).
@@ -313,3 +315,19 @@ def test_a_sigterm_that_lands_on_another_thread_still_stops_the_agent(tmp_path: 
         assert agent.popen.wait(timeout=10) == 0, agent.log_text()
     finally:
         agent.kill()
+
+
+def test_the_harness_chooses_another_metrics_port_when_another_process_took_its_own(
+    tmp_path: Path,
+) -> None:
+    """A port chosen free can be bound by another process on the machine (a
+    second test session) before the agent binds it; the harness then starts
+    the agent on another one instead of failing the test that asked."""
+    taken = free_port()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        with AgentProcess(tmp_path, metrics_port=taken) as agent:
+            assert agent.metrics_port != taken
+            assert "rlix_" in agent.metrics()
+    assert "Address already in use" in agent.log_text()

@@ -23,6 +23,7 @@ from typing import Any
 
 from rlix.agent.publishing import read_published
 from rlix.core import agent_protocol as proto
+from rlix.devcluster.processes import free_port
 
 # The real agent program, but it asks the kernel (prctl PR_SET_PDEATHSIG = 1)
 # to SIGTERM it when the test or benchmark that started it dies, so a killed
@@ -116,8 +117,9 @@ class AgentProcess:
     def put_in_pod(self, pid: int, uid: str, *, driver: str = "systemd") -> None:
         self.set_cgroup(pid, pod_cgroup(uid, driver=driver))
 
-    def start(self, timeout: float = 30.0) -> AgentProcess:
+    def start(self, timeout: float = 30.0, *, port_tries: int = 3) -> AgentProcess:
         (self.root / "pods.json").write_text(json.dumps(self._pods))
+        logged = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, *self._args], stdout=log, stderr=log
@@ -125,6 +127,19 @@ class AgentProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
+                # The metrics port was free when chosen, but another process on
+                # the machine (a second test session) may bind it first: choose
+                # again rather than fail on a race the test is not about.
+                since = self.log.read_bytes()[logged:]
+                if self.metrics_port and port_tries > 1 and b"Address already in use" in since:
+                    self.metrics_port = free_port()
+                    self._args = [
+                        f"--metrics-port={self.metrics_port}"
+                        if a.startswith("--metrics-port=")
+                        else a
+                        for a in self._args
+                    ]
+                    return self.start(timeout, port_tries=port_tries - 1)
                 raise RuntimeError(f"agent exited with {self.popen.returncode}: {self.log_text()}")
             try:
                 self.control(proto.OP_STATUS, timeout=1.0)
