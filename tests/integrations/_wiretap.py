@@ -35,6 +35,7 @@ class Wiretap:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(path)
         self._server.listen(8)
+        self._server.setblocking(False)  # accepted only when select says one waits
         self.path = path
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -42,27 +43,49 @@ class Wiretap:
         """The phases the client reported, once it has closed its connection.
 
         A client that connected, sent and closed before the accept thread ran
-        still sits in the listen backlog, counted nowhere: wait until the
-        backlog is empty (the accept thread counts a connection as it takes
-        it), then until every counted connection was read to its end.
+        still sits in the listen backlog, counted nowhere. The accept thread
+        takes a connection off the backlog and counts it under the lock, so
+        with the lock held the backlog is empty only once every connection is
+        counted; wait for that, then until every counted connection was read to
+        its end.
         """
         deadline = time.monotonic() + timeout
-        while select.select([self._server], [], [], 0)[0] and time.monotonic() < deadline:
-            time.sleep(0.01)
         with self._lock:
-            left = max(deadline - time.monotonic(), 0.0)
-            if not self._lock.wait_for(lambda: self._open == 0, left):
-                raise TimeoutError(
-                    "the client still holds its connection to the wiretap: "
-                    "call rlix.configure(None) before reading the phases"
-                )
+            while self._backlogged() or self._open:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        "the client still holds its connection to the wiretap: "
+                        "call rlix.configure(None) before reading the phases"
+                    )
+                # A short wait: the accept thread notifies when it counts a
+                # connection, but nobody notifies when one enters the backlog.
+                self._lock.wait(min(left, 0.05))
             return [m["phase"] for m in self.sent if m.get("op") == "phase"]
+
+    def _backlogged(self) -> bool:
+        return bool(self._waiting(0))
+
+    def _waiting(self, timeout_ms: int | None) -> list[tuple[int, int]]:
+        # poll, not select: select refuses descriptors above 1023, which a long
+        # test session can reach.
+        poller = select.poll()
+        poller.register(self._server, select.POLLIN)
+        return poller.poll(timeout_ms)
 
     def _accept(self) -> None:
         while True:
-            client, _ = self._server.accept()
+            self._waiting(None)
             with self._lock:
-                self._open += 1  # before anything else: phases() must wait for it
+                # Off the backlog and counted in one step under the lock: a
+                # phases() between the two would see neither and answer early.
+                try:
+                    client, _ = self._server.accept()
+                except BlockingIOError:
+                    continue
+                self._open += 1
+                self._lock.notify_all()
+            client.setblocking(True)
             agent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 agent.connect(self.upstream)

@@ -52,6 +52,33 @@ def test_phases_read_after_close_include_the_last_message_sent(tmp_path: Path) -
         upstream.close()
 
 
+def test_phases_wait_for_a_connection_the_accept_thread_has_taken_but_not_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window a loaded CI machine once hit: the accept thread had taken the
+    connection off the backlog but not yet counted it, and phases() saw an
+    empty backlog and nothing open, and answered []. A slow accept holds that
+    window open for a fraction of a second."""
+
+    class SlowAccept(socket.socket):
+        def accept(self) -> tuple[socket.socket, object]:
+            taken = super().accept()
+            time.sleep(0.3)
+            return taken
+
+    monkeypatch.setattr(socket, "socket", SlowAccept)
+    upstream = _sink(tmp_path / "agent.sock")
+    tap = Wiretap(str(tmp_path / "agent.sock"), str(tmp_path / "tap.sock"))
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(tap.path)
+    client.sendall(b'{"id": 1, "op": "phase", "phase": "idle"}\n')
+    client.close()
+    try:
+        assert tap.phases() == ["idle"]
+    finally:
+        upstream.close()
+
+
 def test_phases_refuse_to_answer_while_the_client_is_still_connected(tmp_path: Path) -> None:
     upstream = _sink(tmp_path / "agent.sock")
     tap = Wiretap(str(tmp_path / "agent.sock"), str(tmp_path / "tap.sock"))
