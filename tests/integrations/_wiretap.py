@@ -51,7 +51,7 @@ class Wiretap:
         """
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._backlogged() or self._open:
+            while self._waiting(0) or self._open:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(
@@ -62,9 +62,6 @@ class Wiretap:
                 # connection, but nobody notifies when one enters the backlog.
                 self._lock.wait(min(left, 0.05))
             return [m["phase"] for m in self.sent if m.get("op") == "phase"]
-
-    def _backlogged(self) -> bool:
-        return bool(self._waiting(0))
 
     def _waiting(self, timeout_ms: int | None) -> list[tuple[int, int]]:
         # poll, not select: select refuses descriptors above 1023, which a long

@@ -101,10 +101,9 @@ class AgentProcess:
             "--publish-interval=0.2",
             "--overrun-interval=0.3",
             "--log-level=WARNING",
-            f"--metrics-port={metrics_port}",
             "--metrics-host=127.0.0.1",
-            *extra_args,
         ]
+        self._extra_args = extra_args  # after --metrics-port, which start() adds
         self.popen: subprocess.Popen[bytes] | None = None
         self.log = root / "agent.log"
         self.set_cgroup(os.getpid(), HOST_CGROUP)  # the test itself is a host process
@@ -122,7 +121,16 @@ class AgentProcess:
         logged = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.popen = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, *self._args], stdout=log, stderr=log
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT,
+                    *self._args,
+                    f"--metrics-port={self.metrics_port}",
+                    *self._extra_args,
+                ],
+                stdout=log,
+                stderr=log,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -133,12 +141,6 @@ class AgentProcess:
                 since = self.log.read_bytes()[logged:]
                 if self.metrics_port and port_tries > 1 and b"Address already in use" in since:
                     self.metrics_port = free_port()
-                    self._args = [
-                        f"--metrics-port={self.metrics_port}"
-                        if a.startswith("--metrics-port=")
-                        else a
-                        for a in self._args
-                    ]
                     return self.start(timeout, port_tries=port_tries - 1)
                 raise RuntimeError(f"agent exited with {self.popen.returncode}: {self.log_text()}")
             try:
