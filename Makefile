@@ -137,6 +137,8 @@ bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/re
 	$(PY) bench/simulate.py --mix disaggregated --no-compare
 	$(PY) bench/simulate.py --mix small-lab --mix mixed-tenants --gpu-memory-utilization 0.9
 	$(PY) bench/simulate.py --mix mixed-tenants --mix trace --top-grace 0 --class-grace 0
+	$(PY) bench/simulate.py --mix agentic --mix small-lab --mix disaggregated --aging 2 --no-compare
+	$(PY) bench/simulate.py --mix mixed-tenants --mix trace --aging 2 --no-compare
 	$(PY) bench/sharing_rules.py
 	$(PY) bench/extender_latency.py --uvicorn
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/operator_admission.py
@@ -144,6 +146,11 @@ bench: venv toolchain ## Benchmarks (speed and memory, side by side) -> bench/re
 	$(PY) bench/phase_gate.py
 	$(PY) bench/integration_overhead.py
 	RLIX_TOOLCHAIN_BIN=$(TOOLCHAIN_BIN) $(PY) bench/scheduling_throughput.py --nodes 1000 --pods 500
+
+.PHONY: bench-scale
+bench-scale: venv ## The simulator at 1,000 nodes and 5,000 jobs, 3 seeds -> bench/results/scale.md (about an hour on 2 cores; not part of make bench)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/simulate.py --mix scale --seeds 0 1 2 --no-compare
 
 .PHONY: chaos
 chaos: venv toolchain ## Chaos run: a few hundred RLJobs, operator/extender/agents SIGKILLed at random, suspensions in flight; invariants -> bench/results/chaos.md
