@@ -8,6 +8,7 @@ would otherwise sit there with nothing to reproduce it.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -37,6 +38,12 @@ def simulator_commands(text: str) -> list[str]:
     return re.findall(r"^Produced by:\n\n {4}(\S.*)$", text, flags=re.MULTILINE)
 
 
+@functools.cache
+def tables() -> dict[str, str]:
+    """Each results table's text, by file name (read once for the module)."""
+    return {p.name: p.read_text() for p in sorted(RESULTS.glob("*.md"))}
+
+
 def written_by_make() -> list[str]:
     steps = recipes((ROOT / "Makefile").read_text())
     return [line for t in WRITERS for line in steps.get(t, [])]
@@ -55,8 +62,7 @@ def test_simulator_commands_finds_the_produced_by_line() -> None:
 
 def test_every_simulator_table_is_written_again_by_a_make_target() -> None:
     lines = written_by_make()
-    tables = sorted(RESULTS.glob("*.md"))
-    named = {p.name: simulator_commands(p.read_text()) for p in tables}
+    named = {name: simulator_commands(text) for name, text in tables().items()}
     assert sum(1 for c in named.values() if c) >= 10, "the simulator's tables were not found"
     missing = {
         name: command
@@ -70,7 +76,7 @@ def test_every_simulator_table_is_written_again_by_a_make_target() -> None:
 def test_every_table_names_what_wrote_it() -> None:
     # A bench script, a GPU-tier script (hack/, run by make gpu-check) or a make target.
     producer = re.compile(r"\b(bench|hack)/[a-z_-]+\.py\b|\bmake [a-z-]+")
-    unnamed = sorted(p.name for p in RESULTS.glob("*.md") if not producer.search(p.read_text()))
+    unnamed = sorted(name for name, text in tables().items() if not producer.search(text))
     assert not unnamed
 
 
@@ -78,8 +84,8 @@ def test_every_bench_script_with_a_table_is_run_by_a_make_target() -> None:
     run = " ".join(written_by_make())
     scripts = {
         script
-        for p in RESULTS.glob("*.md")
-        for script in re.findall(r"\bbench/[a-z_]+\.py\b", p.read_text())
+        for text in tables().values()
+        for script in re.findall(r"\bbench/[a-z_]+\.py\b", text)
     }
     assert "bench/simulate.py" in scripts
     assert not sorted(s for s in scripts if s not in run)

@@ -35,7 +35,7 @@ class Wiretap:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(path)
         self._server.listen(8)
-        self._server.setblocking(False)  # accepted only when select says one waits
+        self._server.setblocking(False)  # accepted only once poll says one waits
         self.path = path
         threading.Thread(target=self._accept, daemon=True).start()
 
