@@ -133,12 +133,16 @@ def create_app(
     app.add_middleware(
         _Verbs,
         verbs={
-            "/filter": lambda body: serve("filter", body, do_filter),
+            "/filter": lambda body: serve(
+                "filter", body, lambda view, b: do_filter(view, b, cache.awaited_victims)
+            ),
             "/prioritize": lambda body: serve("prioritize", body, do_prioritize),
             "/preempt": lambda body: serve(
                 "preempt",
                 body,
-                lambda view, b: do_preempt(view, b, cache.name_of_uid, cache.uid_of),
+                lambda view, b: do_preempt(
+                    view, b, cache.name_of_uid, cache.uid_of, cache.expect_deleted
+                ),
             ),
         },
     )

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from rlix.core import dra
 from rlix.core.objects import ObjectError, pod_name, read_node, read_pod
@@ -45,12 +46,20 @@ log = logging.getLogger("rlix.extender.cache")
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
+# How long a pod this extender named as a preemption victim is awaited. The
+# scheduler deletes the victims on the node it picks at once; a victim still
+# held after this was on a node it did not pick, and is not waited for.
+VICTIM_WAIT_S: Final = 30.0
+
 
 class ClusterCache:
     """Nodes and bound pods, keyed the way the scheduler names them."""
 
-    def __init__(self, rules: SharingRules = DEFAULT_RULES) -> None:
-        """``rules``: who may share a GPU with whom (``--interference`` adds rules 4-6)."""
+    def __init__(
+        self, rules: SharingRules = DEFAULT_RULES, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """``rules``: who may share a GPU with whom (``--interference`` adds rules 4-6);
+        ``clock``: monotonic seconds (how long preemption victims are awaited)."""
         self.rules = rules
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {}
@@ -71,6 +80,11 @@ class ClusterCache:
         self._allocations: dict[str, dra.Allocation] = {}
         self._claimed: dict[str, tuple[Workload, str, tuple[str, ...]]] = {}
         self._claim_pods: dict[str, set[str]] = {}
+        # Preemption victims this extender named: victim UID -> (the preemptor's
+        # UID, until when it is awaited; entries go when they expire, and a
+        # deleted victim no longer has a name here). See ``awaited_victims``.
+        self._victims: dict[str, tuple[str, float]] = {}
+        self._clock = clock
 
     # -- events -----------------------------------------------------------
     def apply_node(self, event_type: str, obj: Mapping[str, Any]) -> None:
@@ -286,6 +300,38 @@ class ClusterCache:
                     snapshot, loads=self._loads, by_job=self._by_job, rules=self.rules
                 )
             return self._view
+
+    def expect_deleted(self, preemptor_uid: str, victim_uids: Iterable[str]) -> None:
+        """Remember the victims a preempt answer named for ``preemptor_uid``:
+        kube-scheduler deletes those of the node it picks."""
+        until = self._clock() + VICTIM_WAIT_S
+        with self._lock:
+            for uid in victim_uids:
+                self._victims[uid] = (preemptor_uid, until)
+
+    def awaited_victims(self, preemptor_uid: str, nodes: Collection[str]) -> list[str]:
+        """Victims named for ``preemptor_uid`` that this view still holds on ``nodes``.
+
+        Why: kube-scheduler retries a preemptor as soon as its own informer sees
+        the victims deleted, which can be before this cache's watch does. A
+        filter that refused the pod then, for memory the victims no longer
+        hold, would leave it unschedulable until some later cluster event
+        (minutes on a quiet cluster); the filter answers an error instead, and
+        kube-scheduler retries the pod after its backoff (docs/extender.md).
+        """
+        now = self._clock()
+        with self._lock:
+            for uid in [u for u, (_, until) in self._victims.items() if until <= now]:
+                del self._victims[uid]
+            found: list[str] = []
+            for uid, (preemptor, _) in self._victims.items():
+                name = self._uid_to_name.get(uid)
+                if preemptor != preemptor_uid or name is None:
+                    continue
+                held = self._pods.get(name)
+                if held is not None and held.node in nodes:
+                    found.append(name)
+            return sorted(found)
 
     def name_of_uid(self, uid: str) -> str | None:
         with self._lock:

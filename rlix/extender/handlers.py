@@ -12,7 +12,7 @@ error field, so ``Answer.error`` carries the sentence for the log and metrics.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,22 @@ def refusal(verb: str, message: str, outcome: str) -> Answer:
     return Answer(200, wire.empty_preemption(), outcome, message)
 
 
-def do_filter(view: PlacementView, body: bytes) -> Answer:
+# (preemptor UID, refused nodes) -> the victims named for it still in the view.
+Awaited = Callable[[str, Collection[str]], list[str]]
+
+
+def pod_uid(pod: Any) -> str:
+    """The pod's metadata.uid, or "" where the object has none readable."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+def do_filter(view: PlacementView, body: bytes, awaited: Awaited | None = None) -> Answer:
+    """``awaited``: the preemption victims this extender named for a pod that
+    its view still holds (``ClusterCache.awaited_victims``); where every node
+    refuses the pod and one of those sits there, the answer is an error, so
+    kube-scheduler retries after its backoff instead of waiting for an event."""
     try:
         args = wire.parse_args(body)
     except wire.WireError as exc:
@@ -81,6 +96,15 @@ def do_filter(view: PlacementView, body: bytes) -> Answer:
     # pod is placed, so no `kubectl describe` ever lists them. When nothing
     # fits, every node's reason goes back as before.
     feasible = best_nodes(view, pod, outcome.feasible) if outcome.feasible else []
+    uid = pod_uid(args.pod)
+    if not feasible and awaited is not None and uid:
+        waiting = awaited(uid, {*outcome.failed, *outcome.unresolvable})
+        if waiting:
+            message = (
+                f"waiting for preemption victims {', '.join(waiting)} to leave the extender's "
+                "view (kube-scheduler deleted them; its watch has not caught up): retry"
+            )
+            return refusal("filter", message, "awaiting_victims")
     result = wire.filter_result(
         feasible, outcome.failed, outcome.unresolvable, node_items=args.node_items
     )
@@ -107,7 +131,10 @@ def do_preempt(
     body: bytes,
     name_of_uid: Callable[[str], str | None],
     uid_of: Callable[[str], str | None],
+    named: Callable[[str, list[str]], None] | None = None,
 ) -> Answer:
+    """``named``: told (preemptor UID, victim UIDs) for every victim answered
+    (``ClusterCache.expect_deleted``; see ``do_filter``)."""
     try:
         args = wire.parse_preemption(body)
     except wire.WireError as exc:
@@ -126,4 +153,6 @@ def do_preempt(
         node: ([uid_of(name) or name for name in names], args.victims[node][1])
         for node, names in chosen.items()
     }
+    if named is not None:
+        named(pod_uid(args.pod), [uid for uids, _ in out.values() for uid in uids])
     return Answer(200, wire.preemption_result(out), "ok")

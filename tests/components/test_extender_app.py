@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -11,7 +13,7 @@ import pytest
 
 from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
 from rlix.extender.app import create_app
-from rlix.extender.cache import ADDED, ClusterCache
+from rlix.extender.cache import ADDED, DELETED, VICTIM_WAIT_S, ClusterCache
 from rlix.extender.replay import replay
 from tests.builders.objects import extender_args, node_object, pod_object, preemption_args, uid_for
 from tests.builders.placement import ClusterBuilder, cluster, node, pod
@@ -31,10 +33,14 @@ def call(app: Any, method: str, path: str, body: bytes | None = None) -> httpx.R
 
 
 def fed(
-    c: ClusterBuilder, *, ready: bool = True, rules: SharingRules = DEFAULT_RULES
+    c: ClusterBuilder,
+    *,
+    ready: bool = True,
+    rules: SharingRules = DEFAULT_RULES,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ClusterCache:
     snap = c.build()
-    cache = ClusterCache(rules)
+    cache = ClusterCache(rules, clock)
     for n in snap.nodes.values():
         cache.apply_node(ADDED, node_object(n))
     for w in snap.workloads:
@@ -189,16 +195,19 @@ def test_with_the_matrix_disaggregated_pools_that_say_their_seconds_share() -> N
             assert body["NodeNames"] == [] and "sharing rules" in body["FailedNodes"]["n"], body
 
 
-def test_preempt_rewrites_victims_to_the_least_harmful() -> None:
-    c = (
-        cluster()
-        .with_nodes(node("n").gpus(2))
-        .with_pods(
-            pod("train").job("a").memory(70 * GiB).phase("training").on("n", 0),
-            pod("roll").job("b").memory(70 * GiB).phase("rollout").on("n", 1),
-        )
+# One node, two GPUs: a training pod and a rollout pod of two jobs, 70 GiB each.
+TRAIN_AND_ROLLOUT = (
+    cluster()
+    .with_nodes(node("n").gpus(2))
+    .with_pods(
+        pod("train").job("a").memory(70 * GiB).phase("training").on("n", 0),
+        pod("roll").job("b").memory(70 * GiB).phase("rollout").on("n", 1),
     )
-    app = create_app(fed(c))
+)
+
+
+def test_preempt_rewrites_victims_to_the_least_harmful() -> None:
+    app = create_app(fed(TRAIN_AND_ROLLOUT))
     # A plain pod (RLix does not manage it): only kube-scheduler can make room.
     vip = pod_object(pod("vip").memory(60 * GiB).priority(100).build())
     r = call(app, "POST", "/preempt", preemption_args(vip, {"n": [uid_for("default/train")]}))
@@ -314,3 +323,45 @@ def test_health_readiness_metrics_and_snapshot() -> None:
 def test_unknown_route_is_404_not_500(app: Any) -> None:
     assert call(app, "POST", "/bind", b"{}").status_code == 404
     assert call(app, "GET", "/filter").status_code == 405
+
+
+def test_a_preemptor_refused_for_victims_the_view_still_holds_gets_an_error_to_retry() -> None:
+    # kube-scheduler retries a preemptor once its own informer sees the victims
+    # deleted; this cache's watch may not have them yet. A refusal then would
+    # leave the pod unschedulable until some later event; an error makes
+    # kube-scheduler retry it after its backoff.
+    now = [0.0]
+    cache = fed(TRAIN_AND_ROLLOUT, clock=lambda: now[0])
+    app = create_app(cache)
+    vip = pod_object(pod("vip").memory(60 * GiB).priority(100).build())
+    other = pod_object(pod("other").memory(60 * GiB).priority(100).build())
+    r = call(app, "POST", "/preempt", preemption_args(vip, {"n": [uid_for("default/train")]}))
+    assert r.json()["NodeNameToMetaVictims"]["n"]["Pods"] == [{"UID": uid_for("default/roll")}]
+
+    body = call(app, "POST", "/filter", extender_args(vip, ["n"])).json()
+    assert body["NodeNames"] == [] and "default/roll" in body["Error"], body
+    # Only the preemptor it was named for waits; any other pod is refused as before.
+    body = call(app, "POST", "/filter", extender_args(other, ["n"])).json()
+    assert body["Error"] == "" and "n" in body["FailedNodes"], body
+
+    # The deletion reaches the view: the node fits.
+    cache.apply_pod(DELETED, pod_object(pod("roll").job("b").memory(70 * GiB).on("n", 1).build()))
+    body = call(app, "POST", "/filter", extender_args(vip, ["n"])).json()
+    assert body["NodeNames"] == ["n"] and body["Error"] == "", body
+
+
+def test_a_victim_never_deleted_is_awaited_only_for_a_while() -> None:
+    now = [0.0]
+    c = (
+        cluster()
+        .with_nodes(node("n").gpus(1))
+        .with_pods(pod("roll").job("b").memory(70 * GiB).phase("rollout").on("n", 0))
+    )
+    cache = fed(c, clock=lambda: now[0])
+    # The scheduler picked another node: this victim stays.
+    cache.expect_deleted("uid-vip", [uid_for("default/roll")])
+    assert cache.awaited_victims("uid-vip", {"n"}) == ["default/roll"]
+    assert cache.awaited_victims("uid-vip", {"elsewhere"}) == []
+    assert cache.awaited_victims("uid-other", {"n"}) == []
+    now[0] = VICTIM_WAIT_S
+    assert cache.awaited_victims("uid-vip", {"n"}) == []
