@@ -270,7 +270,9 @@ class Reconciler:
         """The job's pods by name; another incarnation's pods of our names are deleted."""
         uid = str(job.metadata.get("uid", ""))
         own: dict[str, Body] = {}
-        for name, body in self.store.pods_of(job.key).items():
+        # A copy: the loop awaits deletions, and pod events for this job change
+        # the store meanwhile ("dictionary changed size during iteration").
+        for name, body in list(self.store.pods_of(job.key).items()):
             if name not in desired:
                 continue
             if owned_by(body, uid):
