@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlix.core.dra import pod_claim_names
+from rlix.core.objects.metadata import uid as object_uid
 from rlix.core.policy.placement import (
     PlacementView,
     best_nodes,
@@ -54,13 +55,6 @@ def refusal(verb: str, message: str, outcome: str) -> Answer:
 Awaited = Callable[[str, Collection[str]], list[str]]
 
 
-def pod_uid(pod: Any) -> str:
-    """The pod's metadata.uid, or "" where the object has none readable."""
-    meta = pod.get("metadata") if isinstance(pod, dict) else None
-    uid = meta.get("uid") if isinstance(meta, dict) else None
-    return uid if isinstance(uid, str) else ""
-
-
 def do_filter(view: PlacementView, body: bytes, awaited: Awaited | None = None) -> Answer:
     """``awaited``: the preemption victims this extender named for a pod that
     its view still holds (``ClusterCache.awaited_victims``); where every node
@@ -96,7 +90,7 @@ def do_filter(view: PlacementView, body: bytes, awaited: Awaited | None = None) 
     # pod is placed, so no `kubectl describe` ever lists them. When nothing
     # fits, every node's reason goes back as before.
     feasible = best_nodes(view, pod, outcome.feasible) if outcome.feasible else []
-    uid = pod_uid(args.pod)
+    uid = object_uid(args.pod)
     if not feasible and awaited is not None and uid:
         waiting = awaited(uid, {*outcome.failed, *outcome.unresolvable})
         if waiting:
@@ -154,5 +148,5 @@ def do_preempt(
         for node, names in chosen.items()
     }
     if named is not None:
-        named(pod_uid(args.pod), [uid for uids, _ in out.values() for uid in uids])
+        named(object_uid(args.pod), [uid for uids, _ in out.values() for uid in uids])
     return Answer(200, wire.preemption_result(out), "ok")
