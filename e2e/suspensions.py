@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from e2e.kube import get_json, rljob_condition, rljob_state, wait_for
@@ -11,6 +12,7 @@ from rlix.core.suspension import (
     CONDITION_SUSPENDED,
     DesiredSuspension,
     ObservedSuspension,
+    State,
 )
 
 
@@ -63,3 +65,28 @@ def finish(cluster: Any, namespace: str, job: str) -> None:
         "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}',
     )  # fmt: skip
     wait_for(f"{job} Succeeded", lambda: rljob_state(cluster, namespace, job) == "Succeeded")
+
+
+def resumed_once_gone(
+    cluster: Any, namespace: str, pod: str, waiter: str, *, hold_s: float = 3.0
+) -> DesiredSuspension:
+    """``pod``, parked for the job ``waiter``, stays parked while ``waiter`` is
+    there, then comes back once it is deleted: one park, one resume
+    (generation 2). A resume that takes back the room made for the waiter
+    comes on the conductor's next pass, within seconds of the park, so
+    ``hold_s`` of watching finds it, and nothing else in a test may: the
+    final resume reads the same either way."""
+    deadline = time.monotonic() + hold_s
+    while time.monotonic() < deadline:
+        desired, _, _ = pod_suspension(cluster, namespace, pod)
+        parked = desired is not None and desired.state is State.SUSPENDED
+        assert parked and desired is not None and desired.generation == 1, (
+            f"{pod} asked {desired} while {waiter}, which it was parked for, still waited"
+        )
+        time.sleep(0.25)
+    cluster.kubectl("delete", "rlj", waiter, "-n", namespace, "--wait=true")
+    observed(cluster, namespace, pod, "Resumed")
+    desired, _, _ = pod_suspension(cluster, namespace, pod)
+    assert desired is not None and desired.reason == "MemoryFree", desired
+    assert desired.generation == 2, desired
+    return desired

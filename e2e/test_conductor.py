@@ -25,7 +25,7 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, events_for, get_json, one_gpu_role, rljob_state, wait_for
-from e2e.suspensions import condition, finish, observed, pod_suspension
+from e2e.suspensions import condition, finish, observed, pod_suspension, resumed_once_gone
 from rlix.cli.main import main as rlix
 from rlix.core import names
 from rlix.core.suspension import (
@@ -373,10 +373,7 @@ def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
         # No DRA: the parked pod still holds its GPU in the scheduler's eyes.
         assert rljob_state(cluster, namespace, "high") in (None, "Queued")
 
-        cluster.kubectl("delete", "rlj", "high", "-n", namespace, "--wait=true")
-        observed(cluster, namespace, "low-gen-0", "Resumed")
-        desired, _, _ = pod_suspension(cluster, namespace, "low-gen-0")
-        assert desired is not None and desired.reason == "MemoryFree" and desired.generation == 2
+        resumed_once_gone(cluster, namespace, "low-gen-0", "high")
         assert trainer.ask("digest")["digest"] == before
     finally:
         trainer.close()
@@ -419,8 +416,7 @@ def test_a_far_smaller_job_of_its_class_parks_a_sized_rollout_in_place(
         said = [e["message"] for e in events_for(cluster, namespace, "long")]
         assert any("its class: 0.1 expected GPU-hours left against" in m for m in said), said
 
-        cluster.kubectl("delete", "rlj", "short", "-n", namespace, "--wait=true")
-        observed(cluster, namespace, "long-rollout-0", "Resumed")
+        resumed_once_gone(cluster, namespace, "long-rollout-0", "short")
         assert trainer.ask("digest")["digest"] == before
     finally:
         trainer.close()
@@ -501,10 +497,9 @@ def test_an_elastic_rollout_lends_its_extra_replica_in_place_and_the_trainer_is_
         ] == [("el", ["el-rollout-1"], "parked", "Lend", f"{namespace}/high")], shown
         assert {j["name"]: j["suspension"] for j in shown["rljobs"]}["el"] == "Lend"
 
-        cluster.kubectl("delete", "rlj", "high", "-n", namespace, "--wait=true")
-        observed(cluster, namespace, "el-rollout-1", "Resumed")
-        desired, _, same_uid = pod_suspension(cluster, namespace, "el-rollout-1")
-        assert desired is not None and desired.reason == "MemoryFree" and same_uid == uid
+        resumed_once_gone(cluster, namespace, "el-rollout-1", "high")
+        _, _, same_uid = pod_suspension(cluster, namespace, "el-rollout-1")
+        assert same_uid == uid
         assert tail.ask("digest")["digest"] == before, "every lent byte came back"
         roster(head, ["rollout", [0, 1], []])
     finally:

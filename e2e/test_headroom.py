@@ -145,6 +145,7 @@ def test_a_higher_priority_job_runs_in_memory_parked_for_it_and_the_victim_comes
         observed(cluster, ns, "low-gen-0", "Resumed")
         desired, _, same_uid = pod_suspension(cluster, ns, "low-gen-0")
         assert desired is not None and desired.reason == "MemoryFree" and same_uid == uid
+        assert desired.generation == 2, "parked once, resumed once: after high finished"
         assert trainer.ask("digest")["digest"] == before, "every parked byte came back"
         condition(cluster, ns, "low", "False", "Running")
     finally:

@@ -147,7 +147,7 @@ class Conductor:
             )
             await self.recorder.event(key, "Normal", "Suspended", message)
         elif observed.outcome is Outcome.RESUMED:
-            message = f"pod {pod} resumed ({desired.reason}); suspended since {desired.since}"
+            message = f"pod {pod} resumed ({desired.reason}, asked at {desired.since})"
             await self.recorder.event(key, "Normal", "Resumed", message)
         else:
             reason = {

@@ -139,6 +139,33 @@ def test_a_parked_job_waits_for_a_higher_class_beside_it_to_leave() -> None:
     assert kinds(actions) == [("resume", "default/low", "MemoryFree")]
 
 
+def test_memory_parked_for_a_far_smaller_job_of_its_class_stays_reserved_for_it() -> None:
+    """A sized job parks a far larger one of its own class; on the next pass,
+    with the victim parked, the memory stays the waiter's: no victim is left
+    to name, and without the reservation the victim came straight back (the
+    e2e flake of the sized conductor test; whole GPUs, parked memory owed)."""
+    trainer = replace(training("long-t", "long", priority=0, mib=60000), work_left=720000.0)
+    running = replace(rollout("long-r", "long", gpu=1), preemptible=True, work_left=720000.0)
+    small = pod("short-0").job("short").memory(70000).work_left(360.0).build()
+    short = GangRequest("default/short", 0, 0.0, (small,), work_left=360.0)
+    assert kinds(decide(one_node(trainer, running), [short], POLICY, clocks={}, now=0.0)) == [
+        ("suspend", "default/long", "Priority")
+    ]
+    was_parked = one_node(trainer, replace(running, suspended=True))
+    clocks = {"default/long": JobClock(suspended_at=0.0)}
+    assert decide(was_parked, [short], POLICY, clocks=clocks, now=5.0) == ()
+    # Not reserved for a waiter that may not displace it (as large): it comes back.
+    peer = GangRequest("default/short", 0, 0.0, (replace(small, work_left=720000.0),),
+                       work_left=720000.0)  # fmt: skip
+    assert kinds(decide(was_parked, [peer], POLICY, clocks=clocks, now=5.0)) == [
+        ("resume", "default/long", "MemoryFree")
+    ]
+    # Gone, the waiter leaves it nothing to wait for.
+    assert kinds(decide(was_parked, [], POLICY, clocks=clocks, now=5.0)) == [
+        ("resume", "default/long", "MemoryFree")
+    ]
+
+
 def test_a_parked_job_does_not_come_back_as_a_third_job_on_its_gpu() -> None:
     c = parked("c-0", "c", mib=20000)
     a = rollout("a-0", "a", priority=1, mib=20000)

@@ -58,6 +58,7 @@ from rlix.core.policy.admission import (
     place_pod,
     queue_order,
 )
+from rlix.core.policy.ordering import displaces
 from rlix.core.policy.placement.preemption import harm
 from rlix.core.policy.placement.sharing import SharingRules, joinable
 from rlix.core.policy.port import PlacementPolicy
@@ -380,9 +381,15 @@ def _admit_by_priority(
             continue
         # Memory already parked for it (by an earlier pass) is the published
         # headroom it is admitted into: reserve it, so nothing parked for this
-        # job is resumed under it, and park nobody else.
+        # job is resumed under it, and park nobody else. Parked for it means
+        # parked memory of a job it may displace: a lower class, or a far
+        # larger job of its own (``displaces``; without the latter, the pass
+        # after parking such a job found no victim left and resumed it).
         headroom = trial.without(
-            w.name for w in trial.workloads if w.suspended and w.priority < request.priority
+            w.name
+            for w in trial.workloads
+            if w.suspended
+            and displaces(request.priority, request.work_left, w.priority, w.work_left)
         )
         admission, after = place_gang(headroom, request, policy)
         if admission.admitted:
