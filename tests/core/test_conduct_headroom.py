@@ -117,6 +117,28 @@ def test_trials_take_leaving_and_parked_memory_off_the_measurement() -> None:
     assert parked.without([LOW.name]).nodes["n1"].gpus[0].used_mib == 5000
 
 
+def test_a_pod_read_as_parked_before_its_gpu_reads_freed_is_not_resumed() -> None:
+    # The agent republishes its GPU and marks the pod parked; the operator may
+    # see the pod first (two watches). Resumed then, the rollout would take
+    # back the room it was parked to make: placement, which takes the
+    # measurement as a floor, finds none for the waiter, and no victim is
+    # left to name.
+    clocks = {"default/low": JobClock(suspended_at=0.0)}
+    for overcommit in (1.0, 1.5):
+        stale = measured(snapshot(PARKED, overcommit=overcommit), 60000)
+        assert decide(stale, [WAITING], POLICY, clocks=clocks, now=5.0) == ()
+        assert decide(stale, [], POLICY, clocks=clocks, now=5.0) == ()
+        # Once the GPU reads freed, it comes back where nothing waits for it.
+        fresh = measured(snapshot(PARKED, overcommit=overcommit), 0)
+        actions = decide(fresh, [], POLICY, clocks=clocks, now=5.0)
+        assert [(a.kind, a.job, a.reason) for a in actions] == [
+            (Kind.RESUME, "default/low", Reason.MEMORY_FREE)
+        ]
+    # Memory used outside any known pod keeps it parked too.
+    other = measured(snapshot(PARKED, overcommit=1.5), 30000)
+    assert decide(other, [], POLICY, clocks=clocks, now=5.0) == ()
+
+
 # A trainer parked in scoring owes 24000 MiB there, but its claim keeps its
 # peak, 44000 (the chaos run's rlix-gpu-3/2: 44000 + 36000 + 44000 claimed of
 # 122880 published, bench/results/chaos.md).

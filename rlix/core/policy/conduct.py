@@ -282,9 +282,20 @@ def _fits_back(
                     return False
     for (node, i), mib in need.items():
         used = sum(r.memory_in(r.phase) for r in _resident(trial, node, i))
+        # What the node's agent measures in use is a floor, as placement counts
+        # it: memory nobody known explains stays taken. It also holds a pod
+        # back in the moment it reads as parked while its GPU still reads as
+        # holding it (the pod and the node come through different watches):
+        # resumed then, it would take back the room it was parked to make, and
+        # the job it was parked for would wait out the no-ping-pong guard.
+        used = max(used, _measured(trial, node, i))
         if used + mib > _gpu_memory(trial, node, i):
             return False
     return True
+
+
+def _measured(trial: ClusterSnapshot, node: str, index: int) -> int:
+    return next((g.used_mib for g in trial.nodes[node].gpus if g.index == index), 0)
 
 
 def _unpark(trial: ClusterSnapshot, job: str) -> ClusterSnapshot:
