@@ -415,6 +415,10 @@ def test_a_far_smaller_job_of_its_class_parks_a_sized_rollout_in_place(
         assert f"for {namespace}/short" in held["message"], held
         said = [e["message"] for e in events_for(cluster, namespace, "long")]
         assert any("its class: 0.1 expected GPU-hours left against" in m for m in said), said
+        # The operator's log alone says why, for whom and both sizes.
+        why = "long-rollout-0: asked suspended (Priority): parked in place so that "
+        why += f"{namespace}/short (priority 0, its class: 0.1 expected GPU-hours left"
+        wait_for("the operator log's reason", lambda: why in operator.tail(400), timeout_s=30)
 
         resumed_once_gone(cluster, namespace, "long-rollout-0", "short")
         assert trainer.ask("digest")["digest"] == before

@@ -75,6 +75,7 @@ Body = dict[str, Any]
 # A suspend the agent refused or rolled back is not asked again by the policy
 # for this long (a person's new request is asked at once).
 RETRY_REFUSED_S = 30.0
+MANUAL_WHY = "a person asked (rlix suspend / rlix resume, rlix.io/suspension-request)"
 
 
 @dataclass
@@ -172,7 +173,9 @@ class Conductor:
                     desired = suspension_of(pod).desired
                     manual = desired is not None and desired.reason == Reason.MANUAL
                     if manual and desired is not None and desired.state is State.SUSPENDED:
-                        await self._ask(pod, State.RUNNING, Reason.MANUAL, "user", now, request)
+                        await self._ask(
+                            pod, State.RUNNING, Reason.MANUAL, "user", now, request, MANUAL_WHY
+                        )
 
     async def _suspend_request(
         self, key: str, request: SuspensionRequest, pods: list[Body], now: datetime
@@ -191,7 +194,9 @@ class Conductor:
             if desired is not None and desired.nonce == request.nonce:
                 continue  # asked already: never twice
             if await self._reachable(key, pod, now):
-                await self._ask(pod, State.SUSPENDED, Reason.MANUAL, "user", now, request)
+                await self._ask(
+                    pod, State.SUSPENDED, Reason.MANUAL, "user", now, request, MANUAL_WHY
+                )
 
     # -- 3. the policy's decisions ------------------------------------------------
     async def _decide(self, now: datetime) -> None:
@@ -272,7 +277,7 @@ class Conductor:
                 continue
             if want is State.SUSPENDED and not await self._reachable(action.job, pod, now):
                 continue
-            await self._ask(pod, want, action.reason, action.requester, now, None)
+            await self._ask(pod, want, action.reason, action.requester, now, None, action.message)
             asked = True
         if asked and want is State.SUSPENDED:
             # The parked job's `kubectl describe` says why, sizes included.
@@ -287,6 +292,7 @@ class Conductor:
         requester: str,
         now: datetime,
         request: SuspensionRequest | None,
+        why: str,
     ) -> None:
         state = suspension_of(pod)
         desired = DesiredSuspension(
@@ -302,7 +308,11 @@ class Conductor:
         result = await self.kube.patch_pod_annotations(
             meta["namespace"], meta["name"], {ANNOTATION_DESIRED: desired.to_json()}
         )
-        log.info("%s/%s: asked %s (%s)", meta["namespace"], meta["name"], want.value, reason)
+        # The decision's own words: a log alone then tells why a pod was
+        # parked or brought back, for whom, and (inside a class) both sizes.
+        log.info(
+            "%s/%s: asked %s (%s): %s", meta["namespace"], meta["name"], want.value, reason, why
+        )
         if result is not None:
             self.store.put_pod(result)  # the next pass sees this generation, not the old one
 
