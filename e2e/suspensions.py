@@ -69,7 +69,7 @@ def finish(cluster: Any, namespace: str, job: str) -> None:
 
 def resumed_once_gone(
     cluster: Any, namespace: str, pod: str, waiter: str, *, hold_s: float = 3.0
-) -> DesiredSuspension:
+) -> None:
     """``pod``, parked for the job ``waiter``, stays parked while ``waiter`` is
     there, then comes back once it is deleted: one park, one resume
     (generation 2). A resume that takes back the room made for the waiter
@@ -89,4 +89,3 @@ def resumed_once_gone(
     desired, _, _ = pod_suspension(cluster, namespace, pod)
     assert desired is not None and desired.reason == "MemoryFree", desired
     assert desired.generation == 2, desired
-    return desired

@@ -90,8 +90,7 @@ def do_filter(view: PlacementView, body: bytes, awaited: Awaited | None = None) 
     # pod is placed, so no `kubectl describe` ever lists them. When nothing
     # fits, every node's reason goes back as before.
     feasible = best_nodes(view, pod, outcome.feasible) if outcome.feasible else []
-    uid = object_uid(args.pod)
-    if not feasible and awaited is not None and uid:
+    if not feasible and awaited is not None and (uid := object_uid(args.pod)):
         waiting = awaited(uid, {*outcome.failed, *outcome.unresolvable})
         if waiting:
             message = (

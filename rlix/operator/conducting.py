@@ -173,9 +173,7 @@ class Conductor:
                     desired = suspension_of(pod).desired
                     manual = desired is not None and desired.reason == Reason.MANUAL
                     if manual and desired is not None and desired.state is State.SUSPENDED:
-                        await self._ask(
-                            pod, State.RUNNING, Reason.MANUAL, "user", now, request, MANUAL_WHY
-                        )
+                        await self._ask(pod, State.RUNNING, Reason.MANUAL, "user", now, request)
 
     async def _suspend_request(
         self, key: str, request: SuspensionRequest, pods: list[Body], now: datetime
@@ -194,9 +192,7 @@ class Conductor:
             if desired is not None and desired.nonce == request.nonce:
                 continue  # asked already: never twice
             if await self._reachable(key, pod, now):
-                await self._ask(
-                    pod, State.SUSPENDED, Reason.MANUAL, "user", now, request, MANUAL_WHY
-                )
+                await self._ask(pod, State.SUSPENDED, Reason.MANUAL, "user", now, request)
 
     # -- 3. the policy's decisions ------------------------------------------------
     async def _decide(self, now: datetime) -> None:
@@ -292,8 +288,10 @@ class Conductor:
         requester: str,
         now: datetime,
         request: SuspensionRequest | None,
-        why: str,
+        why: str = "",
     ) -> None:
+        """``why``: the policy's words for its decision; a person's request
+        (``request``) says so itself."""
         state = suspension_of(pod)
         desired = DesiredSuspension(
             generation=state.next_generation,
@@ -311,7 +309,12 @@ class Conductor:
         # The decision's own words: a log alone then tells why a pod was
         # parked or brought back, for whom, and (inside a class) both sizes.
         log.info(
-            "%s/%s: asked %s (%s): %s", meta["namespace"], meta["name"], want.value, reason, why
+            "%s/%s: asked %s (%s): %s",
+            meta["namespace"],
+            meta["name"],
+            want.value,
+            reason,
+            MANUAL_WHY if request is not None else why,
         )
         if result is not None:
             self.store.put_pod(result)  # the next pass sees this generation, not the old one
