@@ -92,3 +92,21 @@ def claims_agent_cluster(
         _,
     ):
         yield cluster
+
+
+@contextmanager
+def headroom_agent_cluster(
+    tag: str, node: str, root: Path, *, gpus: int, gpu_mib: int, overcommit: str
+) -> Iterator[tuple[DevCluster, AgentProcess]]:
+    """``dra_agent_cluster`` whose agent publishes ``overcommit`` x physical
+    memory (headroom for parked memory), once the node says so."""
+    with dra_agent_cluster(
+        tag,
+        node,
+        root,
+        gpus=gpus,
+        gpu_mib=gpu_mib,
+        ready=(names.ANNOTATION_NODE_MEMORY_OVERCOMMIT, overcommit),
+        extra_args=(f"--memory-overcommit={overcommit}",),
+    ) as both:
+        yield both

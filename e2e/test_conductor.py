@@ -12,9 +12,6 @@ pod's observed state.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import signal
 from collections.abc import Iterator
@@ -25,13 +22,11 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, events_for, get_json, one_gpu_role, rljob_state, wait_for
-from e2e.suspensions import condition, finish, observed, pod_suspension, resumed_once_gone
+from e2e.suspensions import condition, finish, observed, pod_suspension
 from rlix.cli.main import main as rlix
 from rlix.core import names
 from rlix.core.suspension import (
     ANNOTATION_AGENT_HEARTBEAT,
-    ANNOTATION_DESIRED,
-    ObservedSuspension,
 )
 from tests.components.pod_processes import Trainer, wait_connected
 from tests.support.agent_fakes import AgentProcess
@@ -327,187 +322,41 @@ def served(
     return trainer, uid
 
 
-def parked_for_high(
-    cluster: Any, namespace: str, operator: OperatorProcess, pod: str
-) -> ObservedSuspension:
-    """A high-priority job needing one GPU arrives; ``pod``'s observed suspension
-    once it is parked for it (what the cluster and the operator saw if never)."""
-    apply(cluster, namespace, gpu_job("high", replicas=1, gpus=1, mib=70000, priority=10))
-    try:
-        return observed(cluster, namespace, pod, "Suspended")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
+def test_on_whole_gpus_a_higher_priority_arrival_parks_nobody_and_says_why(
+    cluster: Any, namespace: str, operator: OperatorProcess
+) -> None:
+    """Whole GPUs, a full cluster: parking would not let the waiting job in.
 
-
-def test_a_higher_priority_arrival_parks_low_priority_rollout_in_place(
-    cluster: Any, namespace: str, operator: OperatorProcess, agents: list[AgentProcess],
-    tmp_path: Path,
-) -> None:  # fmt: skip
-    """Whole GPUs, a full cluster: the conductor decides for the waiting job.
-
-    Without RLix's DRA driver the parked pod's nvidia.com/gpu stays counted, so
-    the high-priority job is not admitted into the parked memory
-    (docs/conductor.md, "What parking frees"): this shows the decision and the
-    parking, in place, and the victim coming back when the waiter goes.
+    Without RLix's DRA driver (or at 1x) a parked pod's GPU stays counted, so
+    parking the low-priority rollout would cost it its progress and admit
+    nobody (docs/conductor.md, "What parking frees"). The conductor parks
+    nothing and tells the waiting job why and what would let it in; the
+    whole loop where parking does let it in: ``e2e/test_headroom.py``.
     """
     full_cluster_but(cluster, namespace, free=2)
-    # The last two GPUs: a low-priority job whose rollout ("gen") may be parked.
+    # The last two GPUs: a low-priority job whose rollout ("gen") could be parked.
     low = rljob("low")
     low["spec"]["roles"][1]["name"] = "gen"
     running_at_60_gib(cluster, namespace, low)
-    trainer, uid = served(cluster, namespace, "low-gen-0", agents, tmp_path / "agent")
-    try:
-        before = trainer.ready["digest"]
-        seen = parked_for_high(cluster, namespace, operator, "low-gen-0")
-        desired, _, same_uid = pod_suspension(cluster, namespace, "low-gen-0")
-        assert same_uid == uid, "parked in place, not deleted"
-        assert desired is not None and desired.reason == "Priority"
-        assert desired.requester == f"{namespace}/high"
-        assert seen.parked_bytes > 0 and trainer.ask("live")["live"] == 0
-        held = condition(cluster, namespace, "low", "True", "Priority")
-        assert f"for {namespace}/high" in held["message"]
-        trainer_pod = get_json(cluster, "pod", "low-policy-0", "-n", namespace)
-        assert not (trainer_pod["metadata"].get("annotations") or {}).get(ANNOTATION_DESIRED), (
-            "the job's trainer is not preemptible: never parked"
-        )
-        # No DRA: the parked pod still holds its GPU in the scheduler's eyes.
-        assert rljob_state(cluster, namespace, "high") in (None, "Queued")
+    apply(cluster, namespace, gpu_job("high", replicas=1, gpus=1, mib=70000, priority=10))
 
-        resumed_once_gone(cluster, namespace, "low-gen-0", "high")
-        assert trainer.ask("digest")["digest"] == before
-    finally:
-        trainer.close()
+    def said() -> dict[str, Any] | None:
+        for e in events_for(cluster, namespace, "high"):
+            if e["reason"] == "ParkingFreesNothing":
+                return e
+        return None
+
+    try:
+        event = wait_for("a ParkingFreesNothing event on high", said, timeout_s=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
+    assert event["type"] == "Warning", event
+    assert f"parking {namespace}/low would not let {namespace}/high in" in event["message"]
+    assert "--memory-overcommit" in event["message"], event
+    # The pass that said so decided for high: nothing was asked of low's pods.
+    for pod in ("low-gen-0", "low-policy-0"):
+        assert pod_suspension(cluster, namespace, pod)[0] is None, f"{pod} was asked to park"
+    assert rljob_state(cluster, namespace, "high") in (None, "Queued")
+    cluster.kubectl("delete", "rlj", "high", "-n", namespace, "--wait=true")
     finish(cluster, namespace, "low")
-    cluster.kubectl("delete", "rlj", "fill", "fill2", "-n", namespace, "--wait=true")
-
-
-def test_a_far_smaller_job_of_its_class_parks_a_sized_rollout_in_place(
-    cluster: Any, namespace: str, operator: OperatorProcess, agents: list[AgentProcess],
-    tmp_path: Path,
-) -> None:  # fmt: skip
-    """``spec.iterations`` sizes the jobs: one priority, and the far smaller
-    arrival parks the larger job's rollout in place (docs/rljob.md, "Order
-    inside a priority"); unsized, nobody of its class would be parked."""
-    profile = {"phaseProfile": {"rollout": 300, "training": 60}}
-    full_cluster_but(cluster, namespace, free=2)
-    # The fillers plan far more work than "long", so "long" is not the job that
-    # would set the finish (that one is never parked for its class).
-    for name in ("fill", "fill2"):
-        patch = json.dumps({"spec": {"iterations": 1_000_000, **profile}})
-        cluster.kubectl("patch", "rlj", name, "-n", namespace, "--type=merge", "-p", patch)
-    long = rljob("long")
-    long["spec"].update(iterations=1000, **profile)  # 2 GPUs x 1000 x 360 s
-    running_at_60_gib(cluster, namespace, long)
-    trainer, uid = served(cluster, namespace, "long-rollout-0", agents, tmp_path / "agent")
-    try:
-        before = trainer.ready["digest"]
-        short = gpu_job("short", replicas=1, gpus=1, mib=70000)  # priority 0 too
-        short["spec"].update(iterations=1, **profile)  # 1 GPU x 1 x 360 s
-        apply(cluster, namespace, short)
-        try:
-            observed(cluster, namespace, "long-rollout-0", "Suspended")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{explain(cluster, namespace, operator)}") from None
-        desired, _, same_uid = pod_suspension(cluster, namespace, "long-rollout-0")
-        assert same_uid == uid, "parked in place, not deleted"
-        assert desired is not None and desired.requester == f"{namespace}/short"
-        held = condition(cluster, namespace, "long", "True", "Priority")
-        assert f"for {namespace}/short" in held["message"], held
-        said = [e["message"] for e in events_for(cluster, namespace, "long")]
-        assert any("its class: 0.1 expected GPU-hours left against" in m for m in said), said
-        # The operator's log alone says why, for whom and both sizes.
-        why = "long-rollout-0: asked suspended (Priority): parked in place so that "
-        why += f"{namespace}/short (priority 0, its class: 0.1 expected GPU-hours left"
-        wait_for("the operator log's reason", lambda: why in operator.tail(400), timeout_s=30)
-
-        resumed_once_gone(cluster, namespace, "long-rollout-0", "short")
-        assert trainer.ask("digest")["digest"] == before
-    finally:
-        trainer.close()
-    finish(cluster, namespace, "long")
-    cluster.kubectl("delete", "rlj", "fill", "fill2", "-n", namespace, "--wait=true")
-
-
-def roster(trainer: Trainer, want: list[object]) -> None:
-    """Wait until the client in the job's trainer pod reports ``want`` as its roster."""
-    wait_for(
-        f"the client reports {want}",
-        lambda: trainer.ask("replicas")["roster"] == want,
-        timeout_s=60,
-    )
-
-
-def elastic_job_on_a_full_cluster(cluster: Any, namespace: str) -> dict[str, dict[str, Any]]:
-    """Non-preemptible work on all but three GPUs; there, job "el" (a trainer and
-    an elastic rollout of 2 replicas, minReplicas 1). Its pods by role-index."""
-    full_cluster_but(cluster, namespace, free=3)
-    el = rljob("el")
-    el["spec"]["roles"][1].update(replicas=2, elastic={"minReplicas": 1})
-    running_at_60_gib(cluster, namespace, el)
-    return {
-        name: get_json(cluster, "pod", f"el-{name}", "-n", namespace)
-        for name in ("policy-0", "rollout-0", "rollout-1")
-    }
-
-
-def top_data(cluster: Any, namespace: str) -> dict[str, Any]:
-    """One frame of ``rlix top -o json``, as a person's terminal would get it."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert (
-            rlix(["top", "-n", namespace, f"--kubeconfig={cluster.kubeconfig}", "-o", "json"]) == 0
-        )
-    data: dict[str, Any] = json.loads(out.getvalue())
-    return data
-
-
-def test_an_elastic_rollout_lends_its_extra_replica_in_place_and_the_trainer_is_told(
-    cluster: Any, namespace: str, operator: OperatorProcess, agents: list[AgentProcess],
-    tmp_path: Path,
-) -> None:  # fmt: skip
-    """A full cluster; an elastic job (rollout 2 replicas, minReplicas 1) lends one.
-
-    The high-priority arrival needs one GPU; parking the elastic job's tail
-    (replica 1) is enough, so only it is parked (reason Lend), in place; the
-    trainer's client hears that only replica 0 is active, and replica 1 comes
-    back, bytes identical, when the waiter goes.
-    """
-    pods = elastic_job_on_a_full_cluster(cluster, namespace)
-    node = pods["rollout-1"]["spec"]["nodeName"]
-    assert {p["spec"]["nodeName"] for p in pods.values()} == {node}, "three GPUs left: one node"
-    uid = pods["rollout-1"]["metadata"]["uid"]
-    agents.append(start_agent(cluster, node, tmp_path / "agent"))
-    tail = Trainer(agents[0], uid)
-    head = Trainer(agents[0], pods["policy-0"]["metadata"]["uid"])
-    try:
-        wait_connected(agents[0], tail.proc.pid, uid=uid)
-        before = tail.ready["digest"]
-        roster(head, ["rollout", [0, 1], []])
-        seen = parked_for_high(cluster, namespace, operator, "el-rollout-1")
-        desired, _, same_uid = pod_suspension(cluster, namespace, "el-rollout-1")
-        assert same_uid == uid, "lent in place, not deleted"
-        assert desired is not None and desired.reason == "Lend"
-        assert desired.requester == f"{namespace}/high"
-        assert seen.parked_bytes > 0 and tail.ask("live")["live"] == 0
-        for kept in ("el-rollout-0", "el-policy-0"):
-            assert pod_suspension(cluster, namespace, kept)[0] is None, f"{kept} keeps running"
-        roster(head, ["rollout", [0], [1]])
-        held = condition(cluster, namespace, "el", "True", "Lend")
-        assert f"for {namespace}/high" in held["message"] and "el-rollout-1" in held["message"]
-        shown = top_data(cluster, namespace)
-        assert [
-            (r["job"], r["pods"], r["state"], r["reason"], r["requester"])
-            for r in shown["suspensions"]
-        ] == [("el", ["el-rollout-1"], "parked", "Lend", f"{namespace}/high")], shown
-        assert {j["name"]: j["suspension"] for j in shown["rljobs"]}["el"] == "Lend"
-
-        resumed_once_gone(cluster, namespace, "el-rollout-1", "high")
-        _, _, same_uid = pod_suspension(cluster, namespace, "el-rollout-1")
-        assert same_uid == uid
-        assert tail.ask("digest")["digest"] == before, "every lent byte came back"
-        roster(head, ["rollout", [0, 1], []])
-    finally:
-        tail.close()
-        head.close()
-    finish(cluster, namespace, "el")
     cluster.kubectl("delete", "rlj", "fill", "fill2", "-n", namespace, "--wait=true")

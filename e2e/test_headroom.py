@@ -17,8 +17,8 @@ operator admits ``high`` next to the parked memory (claims 60000 + 40000 <=
 122880 published, resident 40000 <= 81920 physical) and kube-scheduler's DRA
 allocator agrees: ``high`` runs while ``low``'s pods all still exist. When
 ``high`` is done, ``gen`` comes back with every byte as it was and ``low``
-finishes. At 1x overcommit (``e2e/test_conductor.py``) the same arrival parks
-``gen`` but cannot be admitted into its memory.
+finishes. On whole GPUs (``e2e/test_conductor.py``) the same arrival parks
+nobody: it could not be admitted into the parked memory.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import pytest
 
 from e2e._operator_process import OperatorProcess, operator_with_extender
 from e2e.kube import apply, get_json, new_namespace, rljob_state, wait_for
-from e2e.own_cluster import dra_agent_cluster
+from e2e.own_cluster import headroom_agent_cluster
 from e2e.suspensions import condition, finish, observed, pod_suspension
-from rlix.core import dra, names
+from rlix.core import dra
 from rlix.devcluster.cluster import DevCluster
 from tests.components.pod_processes import Trainer, wait_connected
 from tests.support.agent_fakes import AgentProcess
@@ -49,14 +49,9 @@ def headroom_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[DevCluster, AgentProcess]]:
     """Its own control plane (named for the e2e reaper), one DRA node, its agent."""
-    with dra_agent_cluster(
-        "headroom",
-        NODE,
-        tmp_path_factory.mktemp("agent"),
-        gpus=2,
-        gpu_mib=GPU_MIB,
-        ready=(names.ANNOTATION_NODE_MEMORY_OVERCOMMIT, OVERCOMMIT),
-        extra_args=(f"--memory-overcommit={OVERCOMMIT}",),
+    root = tmp_path_factory.mktemp("agent")
+    with headroom_agent_cluster(
+        "headroom", NODE, root, gpus=2, gpu_mib=GPU_MIB, overcommit=OVERCOMMIT
     ) as both:
         yield both
 

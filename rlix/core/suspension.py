@@ -83,6 +83,7 @@ class Refusal(StrEnum):
     NOT_REGISTERED = "NoMemoryRegistered"  # no process of the pod registered memory
     NOT_PLACED = "NotPlaced"  # the pod is not bound to a node
     NOTHING_ELSE_WORKS = "EvictionFallback"  # parking cannot free enough: evict instead
+    FREES_NOTHING = "ParkingFreesNothing"  # parked memory stays counted: nobody is parked
 
 
 class Outcome(StrEnum):

@@ -72,7 +72,10 @@ def pod_object(w: Workload, *, uid: str | None = None) -> dict[str, Any]:
     }
 
 
-def node_object(n: Node) -> dict[str, Any]:
+def node_object(n: Node, *, headroom: float | None = None) -> dict[str, Any]:
+    """``n`` as a Node object; ``headroom``: its GPUs published by RLix's agent
+    as gpu.rlix.io claims at that factor x physical memory (what n's own
+    ``claims`` and ``memory_overcommit`` say when None)."""
     labels = {
         names.NODE_LABEL_GPU_COUNT: str(n.gpu_count),
         names.NODE_LABEL_GPU_MEMORY_MIB: str(n.gpu_memory_mib),
@@ -81,6 +84,10 @@ def node_object(n: Node) -> dict[str, Any]:
     if n.nvlink_domain:
         labels[names.LABEL_NVLINK_DOMAIN] = n.nvlink_domain
     notes = {}
+    claims, overcommit = (n.claims, n.memory_overcommit) if headroom is None else (True, headroom)
+    if claims:
+        notes[names.ANNOTATION_NODE_GPU_CLAIMS] = "true"
+        notes[names.ANNOTATION_NODE_MEMORY_OVERCOMMIT] = f"{overcommit:g}"
     if n.gpus:
         notes[names.ANNOTATION_NODE_GPUS] = json.dumps(
             [

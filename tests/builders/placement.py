@@ -32,6 +32,11 @@ class NodeBuilder:
     def cordoned(self) -> NodeBuilder:
         return NodeBuilder(replace(self.node, schedulable=False))
 
+    def headroom(self, overcommit: float) -> NodeBuilder:
+        """GPUs RLix publishes as gpu.rlix.io claims at ``overcommit`` x physical
+        memory: the part above physical takes parked memory only."""
+        return NodeBuilder(replace(self.node, claims=True, memory_overcommit=overcommit))
+
     def used(self, *used_mib: int) -> NodeBuilder:
         """Live agent state: measured use per GPU (index order)."""
         gpus = tuple(

@@ -23,6 +23,12 @@ from rlix.operator.suspensions import decide_on_cluster
 from tests.builders.objects import node_object, pod_object
 from tests.core.test_sim_helpers import mix_of, spec
 
+# The simulator lets a waiting job in beside the memory it parks: the cluster
+# it stands for publishes headroom for parked memory (docs/conductor.md, "What
+# parking frees"), here room for one GPU's worth per GPU. On whole GPUs the
+# conductor would park nobody for it.
+HEADROOM = 2.0
+
 
 def test_every_preemption_of_a_simulated_run_is_what_the_conductor_decides() -> None:
     low = [spec(f"t/low{i}", i, priority=0, iterations=30, model="32b") for i in range(4)]
@@ -46,7 +52,7 @@ def test_a_far_smaller_job_of_the_class_parks_the_same_job_in_both() -> None:
     assert records[0].request.priority == 0  # its own class
     # Unsized (what a cluster without spec.iterations sees), nobody is parked.
     record = records[0]
-    nodes = [node_object(n) for n in record.snapshot.nodes.values()]
+    nodes = [node_object(n, headroom=HEADROOM) for n in record.snapshot.nodes.values()]
     pods = [pod_object(w) for w in record.snapshot.workloads]
     request = replace(
         record.request,
@@ -61,6 +67,12 @@ def test_a_far_smaller_job_of_the_class_parks_the_same_job_in_both() -> None:
     )
     assert "(priority 0, its class: " in action.message, action.message
     assert "expected GPU-hours left against this job's" in action.message
+    # On whole GPUs the parked job's GPU would stay counted: nobody is parked.
+    whole = [node_object(n) for n in record.snapshot.nodes.values()]
+    (said,) = decide_on_cluster(
+        whole, pods, [record.request], RLixPolicy(), now=EPOCH, work_left=work
+    )
+    assert (said.kind, str(said.reason)) == (Kind.UNRESOLVED, "ParkingFreesNothing"), said
 
 
 EPOCH = datetime.fromtimestamp(0, UTC)
@@ -72,7 +84,7 @@ def _conductor_agrees(mix: Mix, *, sized: bool = False) -> list[DecisionRecord]:
     preempted = [r for r in records if r.kind == "preempt"]
     assert preempted, "the scenario should make the simulator preempt"
     for record in preempted:
-        nodes = [node_object(n) for n in record.snapshot.nodes.values()]
+        nodes = [node_object(n, headroom=HEADROOM) for n in record.snapshot.nodes.values()]
         pods = [pod_object(w) for w in record.snapshot.workloads]
         work = {w.job: w.work_left for w in record.snapshot.workloads if sized and w.work_left}
         actions = decide_on_cluster(

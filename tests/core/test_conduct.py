@@ -15,8 +15,11 @@ POLICY = RLixPolicy()
 MIB = 81920
 
 
-def one_node(*pods: object, gpus: int = 2) -> ClusterSnapshot:
-    return cluster().with_nodes(node("n1").gpus(gpus, mib=MIB)).with_pods(*pods).build()  # type: ignore[arg-type]
+def one_node(*pods: object, gpus: int = 2, overcommit: float = 2.0) -> ClusterSnapshot:
+    """One node whose GPUs RLix publishes with headroom for parked memory (at
+    ``overcommit`` x physical), where parking can let a waiting job in."""
+    gpu_node = node("n1").gpus(gpus, mib=MIB).headroom(overcommit)
+    return cluster().with_nodes(gpu_node).with_pods(*pods).build()  # type: ignore[arg-type]
 
 
 def waiting(job: str, priority: int, *pods: Workload) -> GangRequest:
@@ -141,9 +144,10 @@ def test_a_parked_job_waits_for_a_higher_class_beside_it_to_leave() -> None:
 
 def test_memory_parked_for_a_far_smaller_job_of_its_class_stays_reserved_for_it() -> None:
     """A sized job parks a far larger one of its own class; on the next pass,
-    with the victim parked, the memory stays the waiter's: no victim is left
-    to name, and without the reservation the victim came straight back (the
-    e2e flake of the sized conductor test; whole GPUs, parked memory owed)."""
+    while the agent's measurement still reads the parked memory on its GPU, the
+    memory stays the waiter's: nobody else is parked for it, and the victim does
+    not come back under it (the e2e flake of the sized conductor test,
+    2026-12-06, was the latter)."""
     trainer = replace(training("long-t", "long", priority=0, mib=60000), work_left=720000.0)
     running = replace(rollout("long-r", "long", gpu=1), preemptible=True, work_left=720000.0)
     small = pod("short-0").job("short").memory(70000).work_left(360.0).build()
@@ -151,17 +155,17 @@ def test_memory_parked_for_a_far_smaller_job_of_its_class_stays_reserved_for_it(
     assert kinds(decide(one_node(trainer, running), [short], POLICY, clocks={}, now=0.0)) == [
         ("suspend", "default/long", "Priority")
     ]
-    was_parked = one_node(trainer, replace(running, suspended=True))
+    # GPU 2 holds another far larger job of the class, which short could displace
+    # too: without the reservation it would be parked as well, for nothing.
+    other = replace(rollout("other-r", "other", gpu=2), work_left=720000.0)
+    stale = node("n1").gpus(3, mib=MIB).headroom(2.0).used(60000, 60000, 60000)
+    pods = (trainer, replace(running, suspended=True), other)
+    was_parked = cluster().with_nodes(stale).with_pods(*pods).build()
     clocks = {"default/long": JobClock(suspended_at=0.0)}
     assert decide(was_parked, [short], POLICY, clocks=clocks, now=5.0) == ()
-    # Not reserved for a waiter that may not displace it (as large): it comes back.
-    peer = GangRequest("default/short", 0, 0.0, (replace(small, work_left=720000.0),),
-                       work_left=720000.0)  # fmt: skip
-    assert kinds(decide(was_parked, [peer], POLICY, clocks=clocks, now=5.0)) == [
-        ("resume", "default/long", "MemoryFree")
-    ]
     # Gone, the waiter leaves it nothing to wait for.
-    assert kinds(decide(was_parked, [], POLICY, clocks=clocks, now=5.0)) == [
+    caught_up = cluster().with_nodes(stale.used(60000, 0, 60000)).with_pods(*pods).build()
+    assert kinds(decide(caught_up, [], POLICY, clocks=clocks, now=5.0)) == [
         ("resume", "default/long", "MemoryFree")
     ]
 

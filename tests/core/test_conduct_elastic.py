@@ -29,8 +29,10 @@ def elastic_job(*, replicas: int = 3, priority: int = 1, node_name: str = "n1") 
     return [trainer, *replicas_]
 
 
-def snapshot(*pods: Workload, gpus: int = 4) -> ClusterSnapshot:
-    return cluster().with_nodes(node("n1").gpus(gpus, mib=MIB)).with_pods(*pods).build()
+def snapshot(*pods: Workload, gpus: int = 4, overcommit: float = 2.0) -> ClusterSnapshot:
+    """One node with headroom for parked memory, where a lent replica makes room."""
+    gpu_node = node("n1").gpus(gpus, mib=MIB).headroom(overcommit)
+    return cluster().with_nodes(gpu_node).with_pods(*pods).build()
 
 
 def high(gpus: int = 1, priority: int = 10) -> GangRequest:
@@ -50,6 +52,15 @@ def test_a_waiting_job_borrows_the_elastic_tail_and_nothing_more() -> None:
     )
     assert summary(actions) == [("suspend", "default/el", "Lend", ("default/el-rollout-2",))]
     assert actions[0].requester == "default/high"
+
+
+def test_where_lent_memory_stays_counted_nothing_is_lent() -> None:
+    """At 1x a lent replica's GPU stays counted: nothing is lent, nobody parked."""
+    actions = decide(
+        snapshot(*elastic_job(), overcommit=1.0), [high()], POLICY, clocks={}, now=0.0,
+        elastic=ELASTIC,
+    )  # fmt: skip
+    assert summary(actions) == [("unresolved", "", "ParkingFreesNothing", ())]
 
 
 def test_lending_takes_the_tail_first_and_never_below_the_minimum() -> None:
@@ -113,7 +124,7 @@ def test_a_tail_the_borrower_cannot_use_is_given_back() -> None:
     keep = replace(small, name="default/lo-rollout-0", gpu_indices=(1,))
     snap = (
         cluster()
-        .with_nodes(node("n1").gpus(4, mib=MIB), node("n2").gpus(2, mib=40000))
+        .with_nodes(node("n1").gpus(4, mib=MIB).headroom(2.0), node("n2").gpus(2, mib=40000))
         .with_pods(*elastic_job(), small, keep)
         .build()
     )

@@ -17,7 +17,7 @@ from rlix.core.policy.conduct import JobClock, Kind, decide
 from rlix.core.policy.placement.loads import GPULoad, holdable_without, node_load, without
 from rlix.core.policy.rlix_policy import RLixPolicy
 from rlix.core.snapshot import GPU, ClusterSnapshot, Node, Workload
-from rlix.core.suspension import Reason
+from rlix.core.suspension import Reason, Refusal
 from tests.builders.placement import cluster, node, pod
 
 POLICY = RLixPolicy()
@@ -51,6 +51,26 @@ def test_resident_memory_keeps_the_job_out_whatever_is_published() -> None:
     assert [(a.kind, a.job, a.reason) for a in actions] == [
         (Kind.SUSPEND, "default/low", Reason.PRIORITY)
     ]
+
+
+def test_where_parked_memory_stays_counted_nobody_is_parked_and_the_waiter_is_told() -> None:
+    """At 1x (or on whole GPUs) parking ``low`` would cost it its progress and
+    let nobody in; also when the parked memory would overrun what is published
+    (60000 + 70000 > 122880 at 1.5x)."""
+    bigger = GangRequest("default/high", 10, 0.0, (replace(HIGH, memory_mib={
+        k: 70000 for k in HIGH.memory_mib}),))  # fmt: skip
+    whole = snapshot(LOW, overcommit=1.5)
+    whole = replace(whole, nodes={"n1": replace(whole.nodes["n1"], claims=False)})
+    for snap, request, why in (
+        (snapshot(LOW, overcommit=1.0), WAITING, "on n1 a parked pod's GPU memory stays"),
+        (whole, WAITING, "--memory-overcommit"),
+        (snapshot(LOW, overcommit=1.5), bigger, "published for parked memory (n1 1.5x)"),
+    ):
+        (action,) = decide(snap, [request], POLICY, clocks={}, now=0.0)
+        assert (action.kind, action.job, action.pods) == (Kind.UNRESOLVED, "", ())
+        assert (action.reason, action.requester) == (Refusal.FREES_NOTHING, "default/high")
+        assert "parking default/low would not let default/high in: " in action.message
+        assert why in action.message, action.message
 
 
 def test_parked_memory_takes_headroom_only_where_it_is_published() -> None:

@@ -18,7 +18,9 @@ The rules, in the order they are applied:
    only, never a non-preemptible pod, never a job resumed less than
    ``min_run_s`` ago (no ping-pong). RLix-managed victims are parked in place;
    a victim RLix cannot park (no ``rlix.io/job``) is evicted, and the action
-   says so: eviction is the fallback, never the first choice.
+   says so: eviction is the fallback, never the first choice. Only where
+   that lets the gang in: where parked memory stays counted (below), nobody
+   is parked and the waiting job is told why (``Refusal.FREES_NOTHING``).
    Before any whole job is parked, an *elastic* rollout lends: the replicas
    above its ``minReplicas`` (highest replica index first, lowest priority
    job first) are parked alone, never below the minimum, when that is enough
@@ -40,7 +42,10 @@ Parking frees schedulable room only where RLix publishes GPU memory above
 physical (``Node.memory_overcommit`` > 1 on a gpu-claims node): the placement
 policy then lets parked memory take that headroom, so the waiting job is
 admitted beside it. Elsewhere a pod's ``nvidia.com/gpu`` (or its claim at 1x)
-stays counted while the pod exists. See docs/conductor.md, "What parking frees".
+stays counted while the pod exists, so parking for a waiting job there would
+cost the victims their progress and let nobody in: rule 2 parks nobody there
+(parking for phase overflow, rule 3, and a person's request still do). See
+docs/conductor.md, "What parking frees".
 """
 
 from __future__ import annotations
@@ -432,6 +437,10 @@ def _admit_by_priority(
         plan = plan_preemption(trial, request, policy)
         if plan is None:
             continue  # waits; the admission condition says why
+        admission = _once_parked(trial, plan.victims, request, policy)
+        if not admission.admitted:
+            actions.append(_frees_nothing(trial, plan, request))
+            continue
         for victim in plan.victims:
             ws = _unit(trial, victim)
             running = tuple(sorted(w.name for w in ws))
@@ -448,10 +457,61 @@ def _admit_by_priority(
             reason = Reason.PRIORITY if managed else Refusal.NOTHING_ELSE_WORKS
             actions.append(Action(kind, victim, running, reason, request.job, message))
             trial = _park(trial, victim)
-        for placement in plan.admission.placements:
+        for placement in admission.placements:
             pod = next(p for p in request.pods if p.name == placement.pod)
             trial = trial.with_workload(bind(pod, placement))
     return trial
+
+
+def _once_parked(
+    trial: ClusterSnapshot, victims: Iterable[str], request: GangRequest, policy: PlacementPolicy
+) -> Admission:
+    """The gang's admission once ``victims`` are gone the way they would go.
+
+    ``plan_preemption`` weighs victims as if they left their GPUs; a parked
+    pod does not leave: Kubernetes counts its GPU (its ``nvidia.com/gpu``, or
+    its claim) for as long as it exists, and only published headroom
+    (``Node.memory_overcommit`` > 1 on a gpu-claims node) takes parked memory.
+    So parking, unlike evicting, lets the gang in only where the policy's
+    own accounting of parked memory says so; elsewhere it would cost the
+    victims their progress and admit nobody.
+    """
+    parked: list[str] = []
+    evicted: list[str] = []
+    for victim in victims:
+        ws = _unit(trial, victim)
+        (parked if all(w.job for w in ws) else evicted).extend(w.name for w in ws)
+    admission, _ = place_gang(trial.without(evicted).parking(parked), request, policy)
+    return admission
+
+
+def _frees_nothing(trial: ClusterSnapshot, plan: PreemptionPlan, request: GangRequest) -> Action:
+    """Said to the waiting job when parking its victims would not let it in."""
+    nodes = [trial.nodes[n] for n in sorted({p.node for p in plan.admission.placements})]
+    flat = [n.name for n in nodes if not (n.claims and n.memory_overcommit > 1)]
+    if flat:
+        why = (
+            f"on {', '.join(flat)} a parked pod's GPU memory stays counted for as long as "
+            "the pod exists (whole GPUs, or GPU memory published at 1x); publish headroom "
+            "for parked memory with the node agent's --memory-overcommit (chart: "
+            "nodeAgent.dra.memoryOvercommit)"
+        )
+    else:
+        factors = ", ".join(f"{n.name} {n.memory_overcommit:g}x" for n in nodes)
+        why = (
+            f"the headroom published for parked memory ({factors}) would not hold what "
+            f"would be parked beside {request.job}'s claims"
+        )
+    return Action(
+        Kind.UNRESOLVED,
+        "",
+        (),
+        Refusal.FREES_NOTHING,
+        request.job,
+        f"parking {', '.join(plan.victims)} would not let {request.job} in: {why}; nobody "
+        f"is parked and {request.job} waits for room "
+        '(docs/conductor.md, "What parking frees")',
+    )
 
 
 def _smaller(request: GangRequest, victim: Sequence[Workload]) -> str:
@@ -515,14 +575,14 @@ def _lend(
     admission: Admission | None = None
     for _, _, w in lenders:
         taken.append(w)
-        admission, _ = place_gang(trial.without(t.name for t in taken), request, policy)
+        admission, _ = place_gang(trial.parking(t.name for t in taken), request, policy)
         if admission.admitted:
             break
     if admission is None or not admission.admitted:
         return None
     for w in list(reversed(taken)):
         fewer = [t for t in taken if t is not w]
-        attempt, _ = place_gang(trial.without(t.name for t in fewer), request, policy)
+        attempt, _ = place_gang(trial.parking(t.name for t in fewer), request, policy)
         if attempt.admitted:
             taken, admission = fewer, attempt
     loans: dict[str, list[str]] = {}
