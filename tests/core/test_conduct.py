@@ -144,10 +144,10 @@ def test_a_parked_job_waits_for_a_higher_class_beside_it_to_leave() -> None:
 
 def test_memory_parked_for_a_far_smaller_job_of_its_class_stays_reserved_for_it() -> None:
     """A sized job parks a far larger one of its own class; on the next pass,
-    while the agent's measurement still reads the parked memory on its GPU, the
-    memory stays the waiter's: nobody else is parked for it, and the victim does
-    not come back under it (the e2e flake of the sized conductor test,
-    2026-12-06, was the latter)."""
+    while the agent's measurement still reads the parked memory on its GPU,
+    nobody else is parked for it and the victim does not come back (it came
+    back in the e2e flake of the sized conductor test, 2026-12-06, on whole
+    GPUs, where nobody is parked for a waiting job any more)."""
     trainer = replace(training("long-t", "long", priority=0, mib=60000), work_left=720000.0)
     running = replace(rollout("long-r", "long", gpu=1), preemptible=True, work_left=720000.0)
     small = pod("short-0").job("short").memory(70000).work_left(360.0).build()

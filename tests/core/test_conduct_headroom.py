@@ -73,6 +73,17 @@ def test_where_parked_memory_stays_counted_nobody_is_parked_and_the_waiter_is_to
         assert why in action.message, action.message
 
 
+def test_where_parked_memory_stays_counted_it_is_not_kept_for_a_waiting_job() -> None:
+    """At 1x a job parked by another rule (here by hand, not held) comes back
+    when its memory fits, whoever waits: the scheduler counts its claim, so
+    no waiting job could be admitted into the memory it would keep."""
+    clocks = {"default/low": JobClock(suspended_at=0.0)}
+    actions = decide(snapshot(PARKED, overcommit=1.0), [WAITING], POLICY, clocks=clocks, now=5)
+    assert [(a.kind, a.job, a.reason) for a in actions] == [
+        (Kind.RESUME, "default/low", Reason.MEMORY_FREE)
+    ]
+
+
 def test_parked_memory_takes_headroom_only_where_it_is_published() -> None:
     assert admitted(snapshot(PARKED, overcommit=1.5))
     assert not admitted(snapshot(PARKED, overcommit=1.0)), "at 1x parked memory is owed"

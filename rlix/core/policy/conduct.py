@@ -63,7 +63,6 @@ from rlix.core.policy.admission import (
     place_pod,
     queue_order,
 )
-from rlix.core.policy.ordering import displaces
 from rlix.core.policy.placement.preemption import harm
 from rlix.core.policy.placement.sharing import SharingRules, joinable
 from rlix.core.policy.port import PlacementPolicy
@@ -395,24 +394,13 @@ def _admit_by_priority(
         if admission.admitted:
             trial = after  # fits as it is: admission places it, nothing to park
             continue
-        # Memory already parked for it (by an earlier pass) is the published
-        # headroom it is admitted into: reserve it, so nothing parked for this
-        # job is resumed under it, and park nobody else. Parked for it means
-        # parked memory of a job it may displace: a lower class, or a far
-        # larger job of its own (``displaces``; without the latter, the pass
-        # after parking such a job found no victim left and resumed it).
-        headroom = trial.without(
-            w.name
-            for w in trial.workloads
-            if w.suspended
-            and displaces(request.priority, request.work_left, w.priority, w.work_left)
-        )
-        admission, after = place_gang(headroom, request, policy)
-        if admission.admitted:
-            for placement in admission.placements:
-                pod = next(p for p in request.pods if p.name == placement.pod)
-                trial = trial.with_workload(bind(pod, placement))
-            continue
+        # Memory parked for it by an earlier pass needs no reserving: where
+        # parking lets a job in (``_once_parked``), the policy counts parked
+        # memory apart, so the job fits as it is above, and its binding in the
+        # trial keeps the parked memory from coming back under it. Taking
+        # parked memory off the trial here (as until 2026-12-06) admitted it
+        # where the scheduler still counts that memory, and kept the parked
+        # job parked for it.
         lent = _lend(trial, request, policy, elastic)
         if lent is not None:
             admission, loans = lent
