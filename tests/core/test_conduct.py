@@ -142,7 +142,7 @@ def test_a_parked_job_waits_for_a_higher_class_beside_it_to_leave() -> None:
     assert kinds(actions) == [("resume", "default/low", "MemoryFree")]
 
 
-def test_memory_parked_for_a_far_smaller_job_of_its_class_stays_reserved_for_it() -> None:
+def test_a_sized_park_holds_while_the_parked_memory_still_reads_on_its_gpu() -> None:
     """A sized job parks a far larger one of its own class; on the next pass,
     while the agent's measurement still reads the parked memory on its GPU,
     nobody else is parked for it and the victim does not come back (it came
