@@ -30,7 +30,7 @@ from e2e.suspensions import condition, finish, observed, pod_suspension, resumed
 from e2e.test_headroom import allocation, rljob, role
 from rlix.cli.main import main as rlix
 from rlix.devcluster.cluster import DevCluster
-from tests.components.pod_processes import Trainer, wait_connected
+from tests.components.pod_processes import Trainer, connected_trainer
 from tests.support.agent_fakes import AgentProcess
 
 pytest.importorskip("torch")
@@ -67,17 +67,11 @@ def running(cluster: DevCluster, ns: str, body: dict[str, Any]) -> None:
     wait_for(f"{name} Running", lambda: rljob_state(cluster, ns, name) == "Running", timeout_s=120)
 
 
-def served(cluster: DevCluster, ns: str, agent: AgentProcess, pod: str) -> tuple[Trainer, str]:
-    """A real trainer process standing in for ``pod``'s container, connected;
-    the trainer and the pod's UID."""
-    uid = get_json(cluster, "pod", pod, "-n", ns)["metadata"]["uid"]
-    trainer = Trainer(agent, uid)
-    try:
-        wait_connected(agent, trainer.proc.pid, uid=uid)
-    except BaseException:
-        trainer.close()
-        raise
-    return trainer, uid
+def uid_of(cluster: DevCluster, ns: str, pod: str) -> str:
+    """The pod's UID: a real trainer process (``connected_trainer``) stands in
+    for its container under it."""
+    uid: str = get_json(cluster, "pod", pod, "-n", ns)["metadata"]["uid"]
+    return uid
 
 
 def admitted_beside(cluster: DevCluster, ns: str, pod: str, parked: str) -> None:
@@ -107,8 +101,8 @@ def test_a_far_smaller_job_of_its_class_runs_in_memory_a_sized_rollout_parked_fo
     )  # fmt: skip
     long["spec"].update(iterations=1000, **PROFILE)  # 2 GPUs x 1000 x 360 s
     running(cluster, ns, long)
-    trainer, uid = served(cluster, ns, agent, "long-gen-0")
-    try:
+    uid = uid_of(cluster, ns, "long-gen-0")
+    with connected_trainer(agent, uid) as trainer:
         before = trainer.ready["digest"]
         short = rljob("short", 0, role("policy", "trainer", "training", 40000))
         short["spec"].update(iterations=1, **PROFILE)  # 1 GPU x 1 x 360 s
@@ -129,8 +123,6 @@ def test_a_far_smaller_job_of_its_class_runs_in_memory_a_sized_rollout_parked_fo
         admitted_beside(cluster, ns, "short-policy-0", "long-gen-0")
         resumed_once_gone(cluster, ns, "long-gen-0", "short")
         assert trainer.ask("digest")["digest"] == before, "every parked byte came back"
-    finally:
-        trainer.close()
     for job in ("long", "fill"):
         finish(cluster, ns, job)
     cluster.kubectl("delete", "namespace", ns, "--wait=false")
@@ -170,9 +162,11 @@ def test_an_elastic_rollout_lends_its_extra_replica_and_the_borrower_runs_in_it(
     )  # fmt: skip
     el["spec"]["roles"][1].update(replicas=2, elastic={"minReplicas": 1})
     running(cluster, ns, el)
-    tail, uid = served(cluster, ns, agent, "el-rollout-1")
-    head, _ = served(cluster, ns, agent, "el-policy-0")
-    try:
+    uid = uid_of(cluster, ns, "el-rollout-1")
+    with (
+        connected_trainer(agent, uid) as tail,
+        connected_trainer(agent, uid_of(cluster, ns, "el-policy-0")) as head,
+    ):
         before = tail.ready["digest"]
         roster(head, ["rollout", [0, 1], []])
         apply(cluster, ns, rljob("high", 10, role("policy", "trainer", "training", 40000)))
@@ -199,8 +193,5 @@ def test_an_elastic_rollout_lends_its_extra_replica_and_the_borrower_runs_in_it(
         resumed_once_gone(cluster, ns, "el-rollout-1", "high")
         assert tail.ask("digest")["digest"] == before, "every lent byte came back"
         roster(head, ["rollout", [0, 1], []])
-    finally:
-        tail.close()
-        head.close()
     finish(cluster, ns, "el")
     cluster.kubectl("delete", "namespace", ns, "--wait=false")

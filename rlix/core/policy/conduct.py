@@ -202,6 +202,12 @@ def _unit(trial: ClusterSnapshot, job: str) -> list[Workload]:
     return [w for w in trial.workloads if not w.suspended and _parkable(w, (job,))]
 
 
+def _managed(unit: Iterable[Workload]) -> bool:
+    """Whether RLix can park ``unit`` in place (every pod carries ``rlix.io/job``);
+    a victim it cannot park is evicted instead."""
+    return all(w.job for w in unit)
+
+
 def _parked_jobs(trial: ClusterSnapshot, held: frozenset[str]) -> dict[str, list[Workload]]:
     """Each parked job's parked pods (a person's holds left out)."""
     out: dict[str, list[Workload]] = {}
@@ -434,7 +440,7 @@ def _admit_by_priority(
             running = tuple(sorted(w.name for w in ws))
             if not running:
                 continue
-            managed = all(w.job for w in ws)
+            managed = _managed(ws)
             kind = Kind.SUSPEND if managed else Kind.EVICT
             message = (
                 f"parked in place so that {request.job} (priority {request.priority}"
@@ -468,7 +474,7 @@ def _once_parked(
     evicted: list[str] = []
     for victim in victims:
         ws = _unit(trial, victim)
-        (parked if all(w.job for w in ws) else evicted).extend(w.name for w in ws)
+        (parked if _managed(ws) else evicted).extend(w.name for w in ws)
     admission, _ = place_gang(trial.without(evicted).parking(parked), request, policy)
     return admission
 
