@@ -621,7 +621,28 @@ def test_a_sharing_mode_the_components_do_not_know_is_refused(helm: Helm) -> Non
 @pytest.mark.parametrize(
     ("values", "said"),
     [
-        ([], ["the built-in time-slicing bound (no measurement)", "make gpu-check"]),
+        (
+            [],
+            [
+                "the built-in time-slicing bound (no measurement)",
+                "make gpu-check",
+                # The default overcommit: parking frees nothing a waiting job could use.
+                "at nodeAgent.dra.memoryOvercommit=1, a parked pod still holds its GPU",
+                "its ParkingFreesNothing event says so",
+            ],
+        ),
+        (
+            ["nodeAgent.dra.memoryOvercommit=1.5"],
+            ["rollouts are parked in place for it", "published at 1.5x its physical memory"],
+        ),
+        (
+            ["nodeAgent.dra.enabled=false"],
+            ["on whole GPUs", "nodeAgent.dra.enabled=true with nodeAgent.dra.memoryOvercommit=1.5"],
+        ),
+        (
+            ["operator.conductor.enabled=false", "nodeAgent.dra.memoryOvercommit=2"],
+            ["the conductor is off (operator.conductor.enabled=false), so nobody is parked"],
+        ),
         (["sharing.builtinMatrix="], ["rules 1-3 only (no interference matrix)"]),
         (
             ["sharing.interferenceConfigMap=rlix-interference"],
@@ -645,11 +666,12 @@ def test_a_sharing_mode_the_components_do_not_know_is_refused(helm: Helm) -> Non
         ),
     ],
 )
-def test_the_install_notes_say_which_sharing_rules_it_decides_with(
+def test_the_install_notes_say_which_sharing_rules_it_decides_with_and_what_parking_frees(
     values: list[str], said: list[str]
 ) -> None:
-    """Rendered by a client dry run of helm 4 (helm 3's install asks a cluster
-    for its version even then, and `helm template` leaves NOTES.txt out)."""
+    """And what a higher-priority job that finds its GPUs full gets. Rendered by
+    a client dry run of helm 4 (helm 3's install asks a cluster for its version
+    even then, and `helm template` leaves NOTES.txt out)."""
     sets = [arg for v in values for arg in ("--set", v)]
     out = subprocess.run(
         [str(bin_dir() / "helm4"), "install", "t", str(CHART), "--dry-run=client", *sets],
