@@ -197,9 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="the memory capacity each GPU is published with as a gpu.rlix.io DRA "
-        "device is its physical memory times this factor (>= 1); above 1 the "
-        "conductor keeps what is resident within physical memory by parking "
-        "(default: %(default)s)",
+        "device is its physical memory times this factor (>= 1). Above 1 a waiting "
+        "higher-priority job is admitted beside memory the conductor parks for it, "
+        "and parking keeps what is resident within physical memory; at 1 a parked "
+        "pod's claim still counts in full, so nobody is parked for a waiting job "
+        "(docs/conductor.md, 'What parking frees') (default: %(default)s)",
     )
     p.add_argument(
         "--no-dra",
