@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from e2e._operator_process import CRD, OperatorProcess
 from rlix.core import names
-from rlix.devcluster.cluster import ClusterOptions, DevCluster
+from rlix.devcluster.cluster import ClusterOptions, DevCluster, wait_established
 from rlix.devcluster.processes import free_port
 from rlix.devcluster.toolchain import bin_dir
 
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> str:
     operator: OperatorProcess | None = None
     try:
         cluster.kubectl("apply", "--server-side", "-f", str(CRD))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io")
+        wait_established(cluster.kubectl, "rljobs.rlix.io")
         cluster.kubectl("create", "namespace", NAMESPACE)
         operator = OperatorProcess(cluster, workdir)
         operator.start()

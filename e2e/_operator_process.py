@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rlix.devcluster.cluster import wait_established
 from rlix.devcluster.processes import Component, free_ports, url_ok, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +103,7 @@ def running_operator(
 ) -> Iterator[OperatorProcess]:
     """CRD installed, operator up with its webhook; webhook config removed after."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
+    wait_established(cluster.kubectl, "rljobs.rlix.io")
     operator = OperatorProcess(cluster, workdir, extra_args=extra_args)
     operator.start()
     try:

@@ -21,6 +21,7 @@ import pytest
 
 from e2e._operator_process import CRD
 from e2e.kube import apply, get_json, rljob_manifest, trainer_role
+from rlix.devcluster.cluster import wait_established
 from rlix.operator.admitting import Admitter
 from rlix.operator.kube import Kube, api_client
 from rlix.operator.ledger import Ledger
@@ -99,7 +100,7 @@ def test_two_interleaved_admitters_never_promise_the_same_gpus_twice(
     cluster: Any, namespace: str, ledger_exists: bool
 ) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
+    wait_established(cluster.kubectl, "rljobs.rlix.io")
     apply(cluster, namespace, whole_cluster("j0"))
     apply(cluster, namespace, whole_cluster("j1"))
 

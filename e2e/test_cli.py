@@ -18,6 +18,7 @@ import yaml
 
 from e2e.kube import apply, pod, wait_for
 from rlix.core import names
+from rlix.devcluster.cluster import wait_established
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD = ROOT / "crds" / "rlix.io_rljobs.yaml"
@@ -41,7 +42,7 @@ def _rlix(
 
 def _job(cluster: Any, namespace: str) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
+    wait_established(cluster.kubectl, "rljobs.rlix.io")
     apply(
         cluster,
         namespace,

@@ -14,7 +14,7 @@ from typing import Any
 from e2e.extender_stand import ExtenderStand
 from e2e.kube import apply, events_for, get_json, pod, pod_phase_and_node, wait_for
 from rlix.core import names
-from rlix.devcluster.cluster import DevCluster
+from rlix.devcluster.cluster import DevCluster, wait_established
 from rlix.devcluster.toolchain import versions
 
 
@@ -80,7 +80,7 @@ def test_a_crd_is_applied_and_served(cluster: Any, namespace: str) -> None:
         },
     }
     apply(cluster, namespace, crd)
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s")
+    wait_established(cluster.kubectl, f"widgets.{group}")
     widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}}
     apply(cluster, namespace, {**widget, "spec": {"size": 3}})
     assert get_json(cluster, "widget", "w", "-n", namespace)["spec"]["size"] == 3

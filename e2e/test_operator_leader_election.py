@@ -24,6 +24,7 @@ from e2e._extender_process import ExtenderProcess
 from e2e._operator_process import CRD, OperatorProcess
 from e2e.kube import apply, get_json, rljob_manifest, rljob_state, trainer_role, wait_for
 from rlix.core import names
+from rlix.devcluster.cluster import wait_established
 from rlix.operator import ledger
 
 NODES, GPUS = 4, 8
@@ -147,7 +148,7 @@ def two_operators(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[list
     if not port:
         pytest.skip("needs the session's local control plane (extender port on 127.0.0.1)")
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
+    wait_established(cluster.kubectl, "rljobs.rlix.io")
     extender = ExtenderProcess(port, cluster.kubeconfig, log=tmp_path / "extender.log")
     extender.start()
     args = (

@@ -18,6 +18,7 @@ from e2e._operator_process import CRD
 from e2e.kube import apply, pod, rljob_manifest, trainer_role
 from e2e.test_admission_ledger import admitter
 from rlix.core import names
+from rlix.devcluster.cluster import wait_established
 from rlix.operator.admitting import Admitter
 from rlix.operator.kube import Kube, api_client
 
@@ -38,7 +39,7 @@ def test_a_relist_forgets_the_jobs_and_pods_deleted_behind_the_watchs_back(
     cluster: Any, namespace: str
 ) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s")
+    wait_established(cluster.kubectl, "rljobs.rlix.io")
     apply(
         cluster,
         namespace,

@@ -28,7 +28,7 @@ from rlix.demo.pods import PodRuntime
 from rlix.demo.record import RunRecord
 from rlix.demo.workload import MEMORY_OVERCOMMIT, DemoJob, demo_jobs
 from rlix.devcluster import scheduler
-from rlix.devcluster.cluster import ClusterOptions, DevCluster, ExistingCluster
+from rlix.devcluster.cluster import ClusterOptions, DevCluster, ExistingCluster, wait_established
 from rlix.devcluster.processes import free_port, stop_process_group
 from rlix.devcluster.toolchain import bin_dir
 from rlix.views import rows as views
@@ -202,9 +202,7 @@ class Demo:
             self.log("==> [2/5] RLJob CRD, extender, operator")
             self.log(f"    {self.sharing}")
             cluster.apply([rljob_crd()])
-            cluster.kubectl(
-                "wait", "--for=condition=Established", "crd/rljobs.rlix.io", "--timeout=60s"
-            )
+            wait_established(cluster.kubectl, "rljobs.rlix.io")
             components.extender(extender_port, self.o.interference)
             components.operator(self.o.interference)
             kube = Kube(str(cluster.kubeconfig))

@@ -132,6 +132,28 @@ def apply_objects(
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=body)
 
 
+def wait_established(
+    kubectl: Callable[..., subprocess.CompletedProcess[str]], crd: str, timeout_s: float = 60
+) -> None:
+    """Wait until the CustomResourceDefinition ``crd`` (``rljobs.rlix.io``) serves.
+
+    Not ``kubectl wait --for=condition=Established``: given a CRD the API server
+    has not yet written conditions for (just created), kubectl 1.37 fails at
+    once with ".status.conditions accessor error: <nil> is of the type <nil>"
+    instead of waiting (a CI run of 2026-12-06 lost an e2e module's setup to it).
+    """
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = kubectl("get", f"crd/{crd}", "-o", f"jsonpath={established}", check=False)
+        if got.returncode == 0 and got.stdout.strip() == "True":
+            return
+        if time.monotonic() >= deadline:
+            said = got.stderr.strip() or f"Established is {got.stdout.strip() or 'not set yet'}"
+            raise TimeoutError(f"CRD {crd} does not serve after {timeout_s:.0f} s: {said}")
+        time.sleep(0.2)
+
+
 class DevCluster:
     """One named local cluster. Safe to construct without starting anything."""
 
