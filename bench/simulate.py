@@ -224,19 +224,18 @@ def table(runs: Runs) -> str:
         pick = max if row.better == "higher" else min
         best = pick(medians, key=lambda n: medians[n]) if medians else None
         mine = statistics.median(per[SUBJECT]) if SUBJECT in per else None
-        cells.append(_versus(mine, best, medians, row.fmt))
+        cells.append(_versus(mine, best, medians[best] if best else None, row.fmt))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _versus(mine: float | None, best: str | None, medians: dict[str, float], fmt: str) -> str:
-    """RLix's median against the best baseline's: their ratio, or their
-    difference where either is negative. Held, not progress goes negative
-    where sharing gains, and a ratio across a change of sign reads backwards
-    (-38x, as if RLix had lost)."""
-    if best is None or mine is None:
+def _versus(mine: float | None, best: str | None, theirs: float | None, fmt: str) -> str:
+    """RLix's median against the best baseline's (``theirs``, named ``best``):
+    their ratio, or their difference where either is negative. Held, not
+    progress goes negative where sharing gains, and a ratio across a change
+    of sign reads backwards (-38x, as if RLix had lost)."""
+    if best is None or mine is None or theirs is None:
         return "-"
-    theirs = medians[best]
     if mine < 0 or theirs < 0:
         signed = fmt.replace("{:", "{:+", 1)  # "{:.1f}" -> "{:+.1f}"
         return f"{signed.format(mine - theirs)} vs {best} (difference)"

@@ -49,16 +49,15 @@ def test_a_measure_that_changes_sign_is_compared_by_difference_not_ratio(
 ) -> None:
     """Held, not progress goes negative where sharing gains: RLix at -11.3
     against a baseline's 0.3 once read "-38.44x", a loss by the look of it."""
-    medians = {"kube-default": 0.3, "gang-binpack": 0.4}
-    assert bench._versus(-11.3, "kube-default", medians, "{:.1f}") == (
+    assert bench._versus(-11.3, "kube-default", 0.3, "{:.1f}") == (
         "-11.6 vs kube-default (difference)"
     )
-    assert bench._versus(0.1, "kube-default", {"kube-default": -0.2}, "{:.1f}") == (
+    assert bench._versus(0.1, "kube-default", -0.2, "{:.1f}") == (
         "+0.3 vs kube-default (difference)"
     )
-    assert bench._versus(0.6, "kube-default", medians, "{:.1f}") == "2.00x (kube-default)"
-    assert bench._versus(3.0, "kube-default", {"kube-default": 0.0}, "{:.0f}") == "-"
-    assert bench._versus(None, None, {}, "{:.1f}") == "-"
+    assert bench._versus(0.6, "kube-default", 0.3, "{:.1f}") == "2.00x (kube-default)"
+    assert bench._versus(3.0, "kube-default", 0.0, "{:.0f}") == "-"
+    assert bench._versus(None, None, None, "{:.1f}") == "-"
 
 
 def test_a_bad_interference_file_is_refused_naming_the_file_and_cell(
