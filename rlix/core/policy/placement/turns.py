@@ -29,15 +29,27 @@ progress is a turn, at full pressure (a cluster measures none lower).
 Waits are bounded (``max_wait_s``): past it a pod goes in whatever it meets,
 so a holder that stalls (or never reports its phase's end) cannot starve its
 neighbour.
+
+Memory, once the caller says what pods hold (``set_memory``): a pod goes in
+only where its memory fits beside the pods resident on its GPUs, after
+parking partners that do not work (``gate_room``), and a pod the gate parked
+comes back before it goes. The caller carries those moves out before it
+answers (``Admitted.park`` and ``restore``), and hands back an admission
+whose moves failed (``requeue``), so a failed park falls back to the wait
+it replaced. Memory is the one thing a wait's bound does not override: a
+pod whose memory does not fit beside pods that work waits for them however
+long, as running a GPU out of memory loses more than any wait. Without
+``set_memory`` the gate decides on phases alone, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from rlix.core.phases import Phase, Shape, shape_of
+from rlix.core.policy.placement.gate_room import Footprint, Room, room_for
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
 from rlix.core.policy.placement.sharing import SharingRules, takes_turns
 from rlix.core.snapshot import PhaseLoad
@@ -52,11 +64,19 @@ Cycle = tuple[tuple[PhaseLoad, ...], float]
 
 @dataclass(frozen=True, slots=True)
 class Admitted(Generic[T]):
-    """A waiter that may go now."""
+    """A waiter that may go now, once the caller has parked the pods in
+    ``park`` and, where ``restore``, brought its own pod's memory back."""
 
     ticket: T
     waited_s: float
     expired: bool  # went in because its wait reached max_wait_s, not because it gains
+    park: tuple[str, ...] = ()
+    restore: bool = False
+    # Who was admitted, for ``requeue`` (not part of what the caller compares).
+    pod: str = field(default="", compare=False, repr=False)
+    process: Any = field(default=None, compare=False, repr=False)
+    busy: Busy | None = field(default=None, compare=False, repr=False)
+    since: float = field(default=0.0, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -65,6 +85,9 @@ class _Waiter(Generic[T]):
     busy: Busy
     since: float
     ticket: T
+    # Past its bound but held because its memory does not fit: no deadline of
+    # its own any more (it goes when room is made, see ``admit``).
+    held_by_memory: bool = False
 
 
 @dataclass(slots=True)
@@ -95,6 +118,16 @@ class Turns(Generic[P, T]):
         # threads of one process): handed back by the next admit, so no
         # answer is lost.
         self._ended: list[Admitted[T]] = []
+        # Memory (``set_memory``; None: not known, the gate decides on phases
+        # alone). Footprints are the last seen while resident, kept for pods
+        # the gate parked (what they take back) and for pods it restored
+        # until the caller's view shows them again.
+        self._capacity: dict[int, int] | None = None
+        self._peaks: dict[str, int] = {}
+        self._movable: set[str] | None = None
+        self._footprints: dict[str, dict[int, int]] = {}
+        self._gate_parked: set[str] = set()
+        self._arriving: set[str] = set()
 
     # -- what the agent tells it -------------------------------------------------
     def set_gpus(self, gpus: Mapping[str, frozenset[int]]) -> None:
@@ -105,11 +138,65 @@ class Turns(Generic[P, T]):
         """The cycles pods declare now (a pod not named declares none)."""
         self._cycles = {pod: c for pod, c in cycles.items() if c[0] and c[1] > 0}
 
+    def set_memory(
+        self,
+        held: Mapping[str, Footprint],
+        capacity: Mapping[int, int],
+        peaks: Mapping[str, int] | None = None,
+        movable: Collection[str] | None = None,
+    ) -> None:
+        """What each pod resident on the GPUs holds now (GPU -> MiB; a pod not
+        named holds nothing there: it is parked, gone or not loaded yet), each
+        GPU's usable MiB, and the per-GPU MiB pods declare at their peak
+        (``rlix.io/gpu-memory-mib``; a pod not named declares none). A pod
+        going in, and every pod that works, may grow to its peak; one that does
+        not work holds what it holds. ``movable``: the pods that can be parked
+        (None: every pod). From the first call on, pods go in only where that
+        fits (module docstring)."""
+        self._capacity = dict(capacity)
+        self._peaks = dict(peaks or {})
+        self._movable = None if movable is None else set(movable)
+        for pod, footprint in held.items():
+            self._footprints[pod] = dict(footprint)
+            self._arriving.discard(pod)  # the caller sees it back
+        for pod in list(self._footprints):
+            if pod in held or pod in self._gate_parked:
+                continue
+            if pod in self._arriving and pod in self._pods:
+                continue  # brought back and working: its memory is on its way
+            del self._footprints[pod]  # parked by someone else, or gone
+            self._arriving.discard(pod)
+
+    def peaks(self) -> dict[str, int]:
+        """Pod -> the per-GPU MiB it declares at its peak, as last told (for status)."""
+        return dict(sorted(self._peaks.items()))
+
+    def gate_parked(self) -> list[str]:
+        """Pods whose memory the gate had parked (or is parking) and will bring back."""
+        return sorted(self._gate_parked)
+
+    def footprint(self, pod: str) -> dict[int, int]:
+        """What ``pod`` holds per GPU as the gate last saw it (or was told: ``adopt``)."""
+        return dict(self._footprints.get(pod, {}))
+
+    def adopt(self, pod: str, footprint: Footprint) -> None:
+        """``pod``'s memory was parked by the gate before (the agent restarted
+        since): it comes back at its turn, into ``footprint`` (GPU -> MiB)."""
+        self._footprints[pod] = dict(footprint)
+        self._gate_parked.add(pod)
+
+    def release(self, pod: str) -> None:
+        """``pod``'s memory is no longer the gate's to bring back: it was
+        brought back some other way, or the pod is gone."""
+        self._gate_parked.discard(pod)
+        self._arriving.discard(pod)
+
     def enter(self, pod: str, process: P, phase: Phase, now: float, ticket: T) -> bool:
         """``process`` of ``pod`` is about to enter ``phase`` (ending the one it was in).
 
         True: it goes now. False: it waits, and ``ticket`` comes back from
-        :meth:`admit` when it may go.
+        :meth:`admit` when it may go (also where it may go at once but only
+        after memory moves, which the admission names).
         """
         self._forget_process(process, now)
         self._pod_of[process] = pod
@@ -117,7 +204,7 @@ class Turns(Generic[P, T]):
         if shape is Shape.NONE:
             return True  # idle: nothing to wait for, and it stops holding
         busy: Busy = (shape, 1.0)  # a cluster knows no pressure below full
-        if self._works(pod) or self._may_enter(pod, busy):
+        if self._works(pod) or self._goes_without_moves(pod, busy):
             self._pods.setdefault(pod, _Pod()).working[process] = busy
             return True
         self._waiting[process] = _Waiter(pod, busy, now, ticket)
@@ -178,27 +265,71 @@ class Turns(Generic[P, T]):
         """The waiters that may go now, longest wait first: those whose pod
         works already, those that gain by entering beside who works now
         (including the ones admitted before them), and those past their
-        bound; first, any wait that ended since without a turn (its process
-        asked again)."""
+        bound, each where its memory fits once the partners named in its
+        admission are parked; first, any wait that ended since without a
+        turn (its process asked again)."""
         out, self._ended = self._ended, []
         for process, waiter in sorted(self._waiting.items(), key=lambda kv: kv[1].since):
             waited = now - waiter.since
-            goes = self._works(waiter.pod) or self._may_enter(waiter.pod, waiter.busy)
-            if goes or waited >= self.max_wait_s:
-                del self._waiting[process]
-                self._pods.setdefault(waiter.pod, _Pod()).working[process] = waiter.busy
-                out.append(Admitted(waiter.ticket, waited, expired=not goes))
+            works = self._works(waiter.pod)
+            goes = works or self._may_enter(waiter.pod, waiter.busy)
+            if not goes and waited < self.max_wait_s:
+                continue
+            room = Room() if works else self._room(waiter.pod)
+            if room is None:
+                waiter.held_by_memory = waited >= self.max_wait_s
+                continue
+            del self._waiting[process]
+            restore = waiter.pod in self._gate_parked
+            self._gate_parked.difference_update({waiter.pod})
+            self._gate_parked.update(room.park)
+            if restore:
+                self._arriving.add(waiter.pod)
+            self._pods.setdefault(waiter.pod, _Pod()).working[process] = waiter.busy
+            out.append(
+                Admitted(
+                    waiter.ticket,
+                    waited,
+                    expired=not goes,
+                    park=room.park,
+                    restore=restore,
+                    pod=waiter.pod,
+                    process=process,
+                    busy=waiter.busy,
+                    since=waiter.since,
+                )
+            )
         return out
+
+    def requeue(self, admitted: Admitted[T], parked: Collection[str]) -> None:
+        """The moves ``admitted`` named did not all happen: of its ``park``,
+        only ``parked`` left the GPUs, and its own pod, if it was to come back,
+        did not. It waits again, from when it first asked, and the gate counts
+        memory where it is."""
+        self._gate_parked.difference_update(set(admitted.park) - set(parked))
+        if admitted.restore:
+            self._arriving.discard(admitted.pod)
+            self._gate_parked.add(admitted.pod)
+        state = self._pods.get(admitted.pod)
+        if state is not None:
+            state.working.pop(admitted.process, None)
+            if not state.working:
+                del self._pods[admitted.pod]
+        assert admitted.busy is not None, "only an admission made by admit() can be requeued"
+        self._pod_of[admitted.process] = admitted.pod
+        self._waiting[admitted.process] = _Waiter(
+            admitted.pod, admitted.busy, admitted.since, admitted.ticket
+        )
 
     def pods(self) -> list[str]:
         """Every pod that works or waits."""
         return sorted(set(self._pods) | {w.pod for w in self._waiting.values()})
 
     def next_deadline(self) -> float | None:
-        """When the longest wait reaches its bound (None: nobody waits)."""
-        if not self._waiting:
-            return None
-        return min(w.since for w in self._waiting.values()) + self.max_wait_s
+        """When the longest wait reaches its bound (None: nobody waits for
+        one; a wait past its bound held for memory waits for room instead)."""
+        sinces = [w.since for w in self._waiting.values() if not w.held_by_memory]
+        return min(sinces) + self.max_wait_s if sinces else None
 
     def working(self) -> dict[str, list[str]]:
         """Pod -> the busy shapes its processes work in (for status)."""
@@ -220,10 +351,41 @@ class Turns(Generic[P, T]):
         return out
 
     # -- internals ---------------------------------------------------------------
+    def _goes_without_moves(self, pod: str, busy: Busy) -> bool:
+        """It gains by entering, and its memory is on its GPUs with room beside
+        the pods there (nothing to park, nothing to bring back)."""
+        if not self._may_enter(pod, busy) or pod in self._gate_parked:
+            return False
+        return self._room(pod) == Room()
+
+    def _room(self, pod: str) -> Room | None:
+        """What must be parked for ``pod`` to work (``gate_room``); Room() where
+        memory is not known. It and the pods that work count at their peak
+        (they may grow to it in their phase), the others at what they hold."""
+        if self._capacity is None:
+            return Room()
+        working = set(self._pods)
+        need = {
+            p: self._at_peak(p) if p == pod or p in working else dict(footprint)
+            for p, footprint in self._footprints.items()
+        }
+        need[pod] = self._at_peak(pod)
+        resident = set(self._footprints) - self._gate_parked
+        return room_for(pod, need, resident, working, self._capacity, movable=self._movable)
+
+    def _at_peak(self, pod: str) -> dict[int, int]:
+        held = self._footprints.get(pod, {})
+        peak = self._peaks.get(pod, 0)
+        return {gpu: max(held.get(gpu, 0), peak) for gpu in self._gpus_of(pod)}
+
+    def _gpus_of(self, pod: str) -> frozenset[int]:
+        """The GPUs a pod holds memory on, or comes back to where it is parked."""
+        return self._gpus.get(pod) or frozenset(self._footprints.get(pod, {}))
+
     def _may_enter(self, pod: str, busy: Busy) -> bool:
         """Whether entering adds progress on every GPU the pod shares with pods
         that work and that it takes turns with."""
-        for gpu in self._gpus.get(pod, frozenset()):
+        for gpu in self._gpus_of(pod):  # a parked pod's: those it comes back to
             holders = [
                 b
                 for other, s in self._pods.items()

@@ -1,0 +1,218 @@
+"""Room at the phase gate (``placement.gate_room``, ``Turns.set_memory``): a pod
+goes in where its memory fits, after the partners that do not work are parked."""
+
+from __future__ import annotations
+
+from rlix.core.phases import Phase
+from rlix.core.policy.placement.gate_room import Room, room_for
+from rlix.core.policy.placement.sharing import SharingRules
+from rlix.core.policy.placement.turns import Admitted, Turns
+
+# The simulator's disaggregated pods on one H200 (docs/simulator.md, "Memory,
+# not order"): together 148,670 MiB, over the GPU; either alone fits.
+H200_MIB = 143_771
+TRAINER_32B = 82_016
+ROLLOUT_7B = 66_654
+
+
+def test_nothing_is_parked_where_the_entrant_fits() -> None:
+    fp = {"a": {0: 60_000}, "b": {0: 60_000}}
+    assert room_for("a", fp, {"a", "b"}, set(), {0: H200_MIB}) == Room()
+
+
+def test_the_idle_partner_is_parked_where_both_do_not_fit() -> None:
+    fp = {"t": {0: TRAINER_32B}, "r": {0: ROLLOUT_7B}}
+    assert room_for("t", fp, {"t", "r"}, set(), {0: H200_MIB}) == Room(("r",))
+    # The entrant counts even while it is parked itself (it comes back).
+    assert room_for("t", fp, {"r"}, set(), {0: H200_MIB}) == Room(("r",))
+
+
+def test_a_working_partner_is_never_parked() -> None:
+    fp = {"t": {0: TRAINER_32B}, "r": {0: ROLLOUT_7B}}
+    assert room_for("t", fp, {"t", "r"}, {"r"}, {0: H200_MIB}) is None
+
+
+def test_the_largest_idle_partner_goes_first_and_no_more_than_needed() -> None:
+    fp = {"e": {0: 50}, "small": {0: 20}, "large": {0: 40}, "mid": {0: 30}}
+    assert room_for("e", fp, set(fp), set(), {0: 100}) == Room(("large",))
+    assert room_for("e", fp, set(fp), set(), {0: 70}) == Room(("large", "mid"))
+    # Ties go by name, so the same state parks the same pods.
+    tie = {"e": {0: 50}, "y": {0: 30}, "x": {0: 30}}
+    assert room_for("e", tie, set(tie), set(), {0: 80}) == Room(("x",))
+
+
+def test_a_park_frees_every_gpu_the_partner_holds_and_only_the_entrants_gpus_count() -> None:
+    fp = {"e": {0: 60, 1: 60}, "p": {0: 50, 1: 50}, "q": {2: 99}}
+    assert room_for("e", fp, set(fp), set(), {0: 100, 1: 100, 2: 50}) == Room(("p",))
+    # A GPU the caller gives no size for is not limited here.
+    assert room_for("e", fp, set(fp), set(), {}) == Room()
+
+
+def memory_turns(max_wait_s: float = 60.0) -> Turns[str, str]:
+    t: Turns[str, str] = Turns(SharingRules(), max_wait_s)
+    t.set_gpus({"t": frozenset({0}), "r": frozenset({0})})
+    t.set_memory({"t": {0: TRAINER_32B}, "r": {0: ROLLOUT_7B}}, {0: H200_MIB})
+    return t
+
+
+def test_a_pair_over_the_gpu_takes_turns_with_its_memory() -> None:
+    """The trainer goes into training once the idle rollout pod is parked; the
+    rollout pod waits for the trainer's turn to end, then comes back and goes
+    in once the trainer, idle now, is parked in its turn."""
+    t = memory_turns()
+    assert not t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")  # it fits only after a park
+    [went] = t.admit(0.0)
+    assert went == Admitted("tt", 0.0, expired=False, park=("r",), restore=False)
+    assert t.gate_parked() == ["r"]
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})  # the caller parked r
+    assert not t.enter("r", "r0", Phase.ROLLOUT, 5.0, "tr")
+    assert t.admit(6.0) == []  # its turn has not come: t works
+    assert t.enter("t", "t0", Phase.IDLE, 9.0, "tt2")
+    [back] = t.admit(9.0)
+    assert back == Admitted("tr", 4.0, expired=False, park=("t",), restore=True)
+    assert t.gate_parked() == ["t"] and t.working() == {"r": ["memory"]}
+
+
+def test_a_restored_pod_counts_before_the_callers_view_shows_it_again() -> None:
+    t = memory_turns()
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
+    t.admit(0.0)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
+    t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
+    [back] = t.admit(2.0)
+    assert back.restore and back.park == ("t",)
+    # Before r's memory shows: t, parked in flight, still shows; r is kept.
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    assert not t.enter("t", "t0", Phase.TRAINING, 3.0, "tt3")
+    assert t.admit(3.0) == []  # r works and holds its memory: t waits for its turn
+    t.enter("r", "r0", Phase.IDLE, 4.0, "tr2")
+    [again] = t.admit(4.0)
+    assert again == Admitted("tt3", 1.0, expired=False, park=("r",), restore=True)
+
+
+def test_a_wait_past_its_bound_does_not_override_memory() -> None:
+    t = memory_turns(max_wait_s=10.0)
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
+    t.admit(0.0)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    assert not t.enter("r", "r0", Phase.ROLLOUT, 1.0, "tr")
+    assert t.next_deadline() == 11.0
+    assert t.admit(20.0) == []  # past its bound, but t works and r does not fit
+    assert t.next_deadline() is None  # it waits for room now, not for a clock
+    assert t.waiting() == {"r": 1.0}
+    t.enter("t", "t0", Phase.IDLE, 30.0, "tt2")
+    [went] = t.admit(30.0)
+    # It goes because its turn came (the partner idles), not at the bound.
+    assert went == Admitted("tr", 29.0, expired=False, park=("t",), restore=True)
+
+
+def test_past_its_bound_a_pod_goes_in_beside_a_worker_where_memory_fits() -> None:
+    t: Turns[str, str] = Turns(SharingRules(), 10.0)
+    t.set_gpus({"a": frozenset({0}), "b": frozenset({0})})
+    t.set_memory({"a": {0: 60_000}, "b": {0: 60_000}}, {0: H200_MIB})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")  # fits: no move, goes at once
+    assert not t.enter("b", "b0", Phase.TRAINING, 1.0, "tb")  # its turn: waits as before
+    assert t.admit(11.0) == [Admitted("tb", 10.0, expired=True)]
+
+
+def test_moves_that_fail_put_the_pod_back_in_line_from_when_it_asked() -> None:
+    t = memory_turns()
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
+    [went] = t.admit(0.5)
+    t.requeue(went, parked=())  # the park of r failed
+    assert t.gate_parked() == [] and t.working() == {}
+    assert t.waiting() == {"t": 0.0}
+    [again] = t.admit(1.0)  # decided again: r is still the one to park
+    assert again == Admitted("tt", 1.0, expired=False, park=("r",))
+
+
+def test_a_failed_restore_leaves_the_pod_parked_and_the_park_that_happened_stands() -> None:
+    t = memory_turns()
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
+    t.admit(0.0)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
+    t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
+    [back] = t.admit(2.0)
+    t.requeue(back, parked=("t",))
+    assert t.gate_parked() == ["r", "t"] and t.waiting() == {"r": 2.0}
+    t.set_memory({}, {0: H200_MIB})  # neither shows on the GPU now
+    [retry] = t.admit(3.0)
+    assert retry == Admitted("tr", 1.0, expired=False, park=(), restore=True)
+
+
+def test_memory_the_gate_did_not_park_is_forgotten_and_released_pods_are_not_restored() -> None:
+    t = memory_turns()
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})  # r left: parked by the conductor
+    assert t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")  # nothing to park
+    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
+    t.set_memory({"t": {0: TRAINER_32B}, "r": {0: ROLLOUT_7B}}, {0: H200_MIB})
+    assert not t.enter("t", "t0", Phase.TRAINING, 2.0, "tt3")
+    [went] = t.admit(2.0)
+    assert went.park == ("r",)
+    t.release("r")  # someone else resumed it, or it is gone
+    assert t.gate_parked() == []
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    t.enter("t", "t0", Phase.IDLE, 3.0, "tt4")
+    assert t.enter("r", "r0", Phase.ROLLOUT, 4.0, "tr")  # not the gate's: nothing to restore
+
+
+def test_a_pod_going_in_and_every_pod_that_works_count_at_their_declared_peak() -> None:
+    """Two pods that fit as they are: b (20,000 MiB of weights, 50,000 at its
+    peak) goes into rollout only once a, idle with 50,000, is parked, as its KV
+    cache would not fit beside a. Back in its turn, a waits for b, which may
+    still grow to its peak while it works, though it holds less now."""
+    gpu = 81_920
+    t: Turns[str, str] = Turns(SharingRules(), 60.0)
+    t.set_gpus({"a": frozenset({0}), "b": frozenset({0})})
+    peaks = {"a": 50_000, "b": 50_000}
+    t.set_memory({"a": {0: 50_000}, "b": {0: 20_000}}, {0: gpu}, peaks)
+    assert not t.enter("b", "b0", Phase.ROLLOUT, 0.0, "tb")
+    [went] = t.admit(0.0)
+    assert went == Admitted("tb", 0.0, expired=False, park=("a",))
+    t.set_memory({"b": {0: 20_000}}, {0: gpu}, peaks)  # a parked; b not grown yet
+    t.enter("b", "b0", Phase.IDLE, 1.0, "tb2")
+    assert not t.enter("a", "a0", Phase.TRAINING, 2.0, "ta")
+    [back] = t.admit(2.0)  # b idles holding 20,000: 70,000 with a's peak fits
+    assert back == Admitted("ta", 0.0, expired=False, park=(), restore=True)
+    t.set_memory({"a": {0: 50_000}, "b": {0: 20_000}}, {0: gpu}, peaks)
+    t.enter("a", "a0", Phase.IDLE, 3.0, "ta2")
+    assert t.enter("b", "b0", Phase.WEIGHT_SYNC, 4.0, "tb3") is False  # its peak needs room
+    [synced] = t.admit(4.0)
+    assert synced.park == ("a",)
+    t.set_memory({"b": {0: 30_000}}, {0: gpu}, peaks)
+    assert not t.enter("a", "a0", Phase.TRAINING, 5.0, "ta3")
+    assert t.admit(5.0) == []  # b works at 30,000 but may reach 50,000: no room for a
+
+
+def test_without_peaks_a_pod_counts_what_it_holds() -> None:
+    t: Turns[str, str] = Turns(SharingRules(), 60.0)
+    t.set_gpus({"a": frozenset({0}), "b": frozenset({0})})
+    t.set_memory({"a": {0: 50_000}, "b": {0: 20_000}}, {0: 81_920})
+    assert t.enter("b", "b0", Phase.ROLLOUT, 0.0, "tb")  # fits as it is: nothing moves
+
+
+def test_only_movable_pods_are_parked() -> None:
+    fp = {"t": {0: TRAINER_32B}, "r": {0: ROLLOUT_7B}, "x": {0: 1_000}}
+    # r cannot be parked (its client would never ask to come back): no room.
+    assert room_for("t", fp, set(fp), set(), {0: H200_MIB}, movable={"x"}) is None
+    assert room_for("t", fp, set(fp), set(), {0: H200_MIB}, movable={"r"}) == Room(("r",))
+
+
+def test_a_restored_pod_that_stops_and_never_shows_is_forgotten() -> None:
+    # An agent runs for months: a pod brought back that ends before the
+    # caller's view shows it again leaves nothing behind.
+    t = memory_turns()
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
+    t.admit(0.0)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
+    t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
+    [back] = t.admit(2.0)
+    assert back.restore and t.footprint("r") == {0: ROLLOUT_7B}
+    t.set_memory({}, {0: H200_MIB})  # still on its way, and working: kept
+    assert t.footprint("r") == {0: ROLLOUT_7B}
+    t.leave("r0")
+    t.set_memory({}, {0: H200_MIB})
+    assert t.footprint("r") == {} and t.gate_parked() == ["t"]
