@@ -50,6 +50,9 @@ class Connection:
         # Its hello said its wait-less phase reports are the phase it is in now
         # (``agent_protocol.reports_phase_now``): the phase gate follows them.
         self.reports_phase_now = False
+        # Its hello said it asks a parking gate to enter while parked
+        # (``agent_protocol.asks_gate_while_parked``): the gate may park it.
+        self.asks_while_parked = False
 
     @property
     def pid(self) -> int:

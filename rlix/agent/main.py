@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from rlix.agent.declared_cycles import DeclaredCycles
 from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
+from rlix.agent.gate_parking import DeclaredPeaks, GateParking
 from rlix.agent.gpus import GpuBackend
 from rlix.agent.identities import CgroupResolver, PodDirectory, static_directory
 from rlix.agent.metrics import AgentMetrics
@@ -286,7 +287,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=600.0,
         help="seconds a process waits at the gate at most; then it goes in beside "
-        "whoever works (default: %(default)s)",
+        "whoever works (default: %(default)s), where its memory fits",
+    )
+    p.add_argument(
+        "--park-at-gate",
+        action="store_true",
+        help="with --phase-gate: a pod goes into a busy phase only where its memory fits "
+        "beside the pods resident on its GPUs; partners that do not work (waiting at the "
+        "gate, or outside every phase block) are parked in place first, bit for bit, "
+        "largest first, and a pod the gate parked is brought back before it goes in. So "
+        "two pods that take turns need the larger of their peaks, not both. A gate park "
+        "is a turn, not a suspension: it is not published as rlix.io/suspended and "
+        "`rlix agent status` shows it 'parked at the phase gate'. Experimental: the "
+        "placement does not yet put pairs on a GPU that only fit this way "
+        "(docs/node-agent.md, 'Parking at the gate')",
     )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
@@ -415,20 +429,37 @@ def _phase_gate(
     metrics: AgentMetrics,
     *,
     cycles: DeclaredCycles,
+    peaks: DeclaredPeaks,
 ) -> PhaseGate | None:
     """The phase gate for --phase-gate (None without it); ValueError for a bad matrix.
-    ``cycles`` reads the pods' declared cycles once the conducting loop lists them."""
+    ``cycles`` and ``peaks`` read what pods declare once the conducting loop lists them."""
     if not args.phase_gate:
         return None
     rules = rules_file.rules_from(args.interference, args.interference_mode, default=SharingRules())
 
-    def pod_gpus() -> dict[str, frozenset[int]]:
-        held: dict[str, set[int]] = {}
+    def pod_memory() -> dict[str, dict[int, int]]:
+        held: dict[str, dict[int, int]] = {}
         for proc in backend.processes():
             uid = resolver.pod_uid(proc.pid)
             if uid is not None:
-                held.setdefault(uid, set()).add(proc.gpu_index)
-        return {uid: frozenset(gpus) for uid, gpus in held.items()}
+                on_gpus = held.setdefault(uid, {})
+                on_gpus[proc.gpu_index] = on_gpus.get(proc.gpu_index, 0) + proc.used_mib
+        return held
+
+    def pod_gpus() -> dict[str, frozenset[int]]:
+        return {uid: frozenset(gpus) for uid, gpus in pod_memory().items()}
+
+    def memory() -> tuple[dict[str, dict[int, int]], dict[int, int], dict[str, int], set[str]]:
+        # What the pods may use of a GPU: its memory less what no pod holds
+        # there (the agent's own parked copies in HBM, processes of no pod).
+        held = pod_memory()
+        room = {}
+        for g in backend.gpus():
+            pods_mib = sum(on_gpus.get(g.index, 0) for on_gpus in held.values())
+            room[g.index] = g.memory_mib - max(0, g.used_mib - pods_mib)
+        return held, room, peaks(), preemption.parkable_at_gate()
+
+    parking = GateParking(preemption) if args.park_at_gate else None
 
     def waited(seconds: float, at_bound: bool) -> None:
         outcome = "bound" if at_bound else "turn"
@@ -441,6 +472,9 @@ def _phase_gate(
         parked=lambda uid: preemption.parked_bytes(uid) is not None,
         cycles=cycles,
         on_wait=waited,
+        memory=memory if parking is not None else None,
+        moves=parking,
+        adopt=parking.adopted() if parking is not None else None,
     )
 
 
@@ -553,6 +587,8 @@ def _argument_error(args: argparse.Namespace) -> str | None:
         return "--interference is the phase gate's matrix: give --phase-gate too"
     if args.phase_gate_max_wait <= 0:
         return f"--phase-gate-max-wait must be > 0 seconds, got {args.phase_gate_max_wait}"
+    if args.park_at_gate and not args.phase_gate:
+        return "--park-at-gate parks for the phase gate's turns: give --phase-gate too"
     return None
 
 
@@ -595,9 +631,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = AgentMetrics(args.node_name)
     metrics.watch(backend.gpus, lambda: list(preemption.suspended.values()))
     resolver = CgroupResolver(proc_root=args.proc_root, directory=_pod_directory(args, api))
-    cycles = DeclaredCycles()
+    cycles, peaks = DeclaredCycles(), DeclaredPeaks()
     try:
-        gate = _phase_gate(args, backend, resolver, preemption, metrics, cycles=cycles)
+        gate = _phase_gate(args, backend, resolver, preemption, metrics, cycles=cycles, peaks=peaks)
     except ValueError as exc:
         print(f"rlix-node-agent: {exc}", file=sys.stderr)
         return 2
@@ -649,7 +685,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         conducting = _start_conducting(
             args, api, preemption, publisher, now, rosters=server.rosters
         )
-        cycles.follow(conducting.listed)  # the phase gate's view of which pairs take turns
+        # The phase gate's view of which pairs take turns, and of the memory a
+        # pod going in may grow to.
+        for declared in (cycles, peaks):
+            declared.follow(conducting.listed)
         if args.overrun_interval > 0:
             _start_overrun_watch(
                 args, api, backend, metrics, server.stopped, pods=conducting.listed

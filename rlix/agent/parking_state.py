@@ -114,9 +114,15 @@ class SuspendedPod:
     name: str
     since: str  # RFC 3339
     processes: dict[int, Manifest] = field(default_factory=dict)  # host pid -> manifest
+    # Who parked it: "" for a suspension (the conductor, a person), PARKED_BY_GATE
+    # for the phase gate's turn (not published as suspended; the gate restores it).
+    by: str = ""
+    # What it held on each GPU when the gate parked it (GPU -> MiB), so that an
+    # agent restarted meanwhile knows the room its restore needs.
+    held_mib: dict[int, int] = field(default_factory=dict)
 
     def to_doc(self) -> dict[str, Any]:
-        return {
+        doc = {
             "version": STATE_VERSION,
             "uid": self.uid,
             "namespace": self.namespace,
@@ -124,6 +130,11 @@ class SuspendedPod:
             "since": self.since,
             "processes": {str(pid): m.to_doc() for pid, m in self.processes.items()},
         }
+        if self.by:
+            doc["by"] = self.by
+        if self.held_mib:
+            doc["heldMiB"] = {str(gpu): mib for gpu, mib in sorted(self.held_mib.items())}
+        return doc
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> SuspendedPod:
@@ -139,7 +150,13 @@ class SuspendedPod:
             name=str(doc["name"]),
             since=str(doc["since"]),
             processes={int(p): manifest_from_doc(m) for p, m in processes.items()},
+            by=str(doc.get("by", "")),  # records from before the gate parked carry none
+            held_mib={int(g): int(mib) for g, mib in doc.get("heldMiB", {}).items()},
         )
+
+
+# ``SuspendedPod.by`` of a pod the phase gate parked for its partner's turn.
+PARKED_BY_GATE = "phase-gate"
 
 
 # Version 2 names where memory is with the protocol's Location (``self``,

@@ -14,25 +14,59 @@ wakes waiters whose bound is reached.
 Answers are sent from whichever thread frees them (a neighbour's phase
 report, a disconnect, a suspension, the bound's timer), never under the
 gate's lock.
+
+With ``memory`` and ``moves`` (``--park-at-gate``) a pod goes in only where
+its memory fits beside the pods resident on its GPUs, after the partners that
+do not work are parked, and a pod the gate parked is brought back before it
+goes (``Turns.set_memory``; docs/node-agent.md). Those moves run on one
+thread of their own, in the order they were decided, never on the thread that
+freed the waiter: that thread may be the reader of the very connection whose
+process is being parked (a partner reporting its idle phase is parked for
+the pod waiting on it), and a park waits for that process's reply. One
+thread also keeps a pod's park and a later restore of it in order. Where a
+move fails, the pod waits again (``Turns.requeue``), as it would have
+without parking.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol
 
 from rlix.core.phases import Phase
+from rlix.core.policy.placement.gate_room import Footprint
 from rlix.core.policy.placement.sharing import SharingRules
-from rlix.core.policy.placement.turns import Cycle, Turns
+from rlix.core.policy.placement.turns import Admitted, Cycle, Turns
 
 log = logging.getLogger(__name__)
 
 # Called when a held process may go: (seconds it waited, whether it went in
 # only because its wait reached the bound).
 Go = Callable[[float, bool], None]
+
+# What pods resident on the GPUs hold (pod uid -> GPU -> MiB), each GPU's
+# usable MiB, the per-GPU MiB pods declare at their peak, and the pods that can
+# be parked (``Turns.set_memory``).
+Memory = Callable[
+    [], tuple[Mapping[str, Footprint], Mapping[int, int], Mapping[str, int], Collection[str]]
+]
+
+
+class Moves(Protocol):
+    """Parks and restores a pod's memory in place (the agent's Preemption);
+    each raises where the move did not happen."""
+
+    def park(self, pod: str, held: Footprint) -> None:
+        """Park ``pod``, which holds ``held`` (GPU -> MiB) now: kept in its
+        record, for an agent restarted before its restore."""
+        ...
+
+    def restore(self, pod: str) -> None: ...
 
 
 class PhaseGate:
@@ -46,12 +80,31 @@ class PhaseGate:
         cycles: Callable[[], Mapping[str, Cycle]] = dict,
         clock: Callable[[], float] = time.monotonic,
         on_wait: Callable[[float, bool], None] | None = None,
+        memory: Memory | None = None,
+        moves: Moves | None = None,
+        adopt: Mapping[str, Footprint] | None = None,
     ) -> None:
         """``gpus``: pod uid -> the GPUs its processes hold now; ``parked``:
         whether a pod's memory is off its GPUs; ``cycles``: pod uid -> the
         cycle it declares (a pod not named declares none); ``on_wait``: told of every
-        answered wait (seconds, went in at the bound), for the metrics."""
+        answered wait (seconds, went in at the bound), for the metrics;
+        ``memory`` and ``moves`` (both or neither): park partners that do not
+        work where a pod's memory does not fit (module docstring); ``adopt``:
+        pods a previous agent's gate parked (uid -> what they held), brought
+        back at their turn."""
+        if (memory is None) != (moves is None):
+            raise ValueError("parking at the gate needs both memory and moves")
         self._turns: Turns[object, Go] = Turns(rules, max_wait_s)
+        for pod, held in (adopt or {}).items():
+            self._turns.adopt(pod, held)
+        self._memory = memory
+        self._moves = moves
+        self.parks = moves is not None
+        # Admissions whose moves are to be made, with what each pod it parks holds.
+        self._pending: queue.Queue[tuple[Admitted[Go], dict[str, dict[int, int]]]] = queue.Queue()
+        # Pods named by admissions whose moves are queued or under way: whatever
+        # the agent's records say of them in the meantime is the move in flight.
+        self._moving: Counter[str] = Counter()
         self._gpus = gpus
         self._parked = parked
         self._cycles = cycles
@@ -102,16 +155,25 @@ class PhaseGate:
     def status(self) -> dict[str, Any]:
         with self._lock:
             self._read_cycles()  # what it would decide with now, even before any report
+            self._read_memory()
             now = self._clock()
             return {
                 "maxWaitS": self.max_wait_s,
                 "working": self._turns.working(),
                 "declaredCycles": self._turns.declared(),
                 "waitingS": {p: round(now - t, 3) for p, t in self._turns.waiting().items()},
+                "parksAtGate": self.parks,
+                "gateParked": self._turns.gate_parked(),
+                "peaksMiB": self._turns.peaks(),
             }
 
     def run(self, stop: threading.Event) -> None:
-        """Wake waiters whose bound is reached; returns once ``stop`` is set."""
+        """Wake waiters whose bound is reached, and carry out the memory moves
+        admissions name (on a thread of their own); returns once ``stop`` is set."""
+        if self._moves is not None:
+            threading.Thread(
+                target=self._move_loop, args=(stop,), name="rlix-gate-moves", daemon=True
+            ).start()
         while not stop.is_set():
             with self._lock:
                 deadline = self._turns.next_deadline()
@@ -120,21 +182,78 @@ class PhaseGate:
                 released = self._admit()
             self._release(released)
 
+    def _move_loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                admitted, held = self._pending.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._move(admitted, held)
+
+    def _move(self, admitted: Admitted[Go], held: dict[str, dict[int, int]]) -> None:
+        """Park what ``admitted`` names, bring its pod back, then answer it;
+        where a move fails, it waits again, with memory counted where it is."""
+        assert self._moves is not None
+        parked: list[str] = []
+        done = False
+        try:
+            for pod in admitted.park:
+                self._moves.park(pod, held.get(pod, {}))
+                parked.append(pod)
+            if admitted.restore:
+                self._moves.restore(admitted.pod)
+            done = True
+        except Exception:
+            log.exception(
+                "phase gate: making room for pod %s failed (parked %s of %s); it waits again",
+                admitted.pod,
+                parked,
+                list(admitted.park),
+            )
+        with self._lock:
+            self._moving.subtract(_named(admitted))
+            self._moving = +self._moving  # drops the pods no move names any more
+            answered: list[Admitted[Go]] = []
+            if done:
+                waited = self._clock() - admitted.since  # it waited until its room was made
+                answered.append(Admitted(admitted.ticket, waited, admitted.expired))
+            else:
+                self._turns.requeue(admitted, parked)
+            released = self._refresh() + self._admit()
+            self._changed.notify_all()
+        self._release(answered + released)
+
     # -- internals (under the lock) -----------------------------------------------
-    def _refresh(self) -> list[tuple[Go, float, bool]]:
+    def _refresh(self) -> list[Admitted[Go]]:
         try:
             self._turns.set_gpus(self._gpus())
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading which GPUs each pod holds failed")
         self._read_cycles()
+        self._read_memory()
         now, out = self._clock(), []
+        # The gate's own parks stay in line (their waiters wait for a turn and
+        # a restore); one that is neither in flight nor parked any more was
+        # brought back by someone else (``rlix resume``) or its pod is gone.
+        for pod in self._turns.gate_parked():
+            if pod not in self._moving and not self._parked(pod):
+                self._turns.release(pod)
+        mine = set(self._turns.gate_parked()) | set(self._moving)
         for pod in self._turns.pods():
-            if self._parked(pod):
-                out += [(a.ticket, a.waited_s, a.expired) for a in self._turns.forget_pod(pod, now)]
+            if pod not in mine and self._parked(pod):
+                out += self._turns.forget_pod(pod, now)
         for pod in self._turns.parked():
             if not self._parked(pod):  # restored: it works again in the phase it was in
                 self._turns.restore_pod(pod)
         return out
+
+    def _read_memory(self) -> None:
+        if self._memory is None:
+            return
+        try:
+            self._turns.set_memory(*self._memory())
+        except Exception:  # a failed reading keeps the last one; the next event retries
+            log.exception("phase gate: reading what pods hold on the GPUs failed")
 
     def _read_cycles(self) -> None:
         try:
@@ -142,13 +261,25 @@ class PhaseGate:
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading the cycles pods declare failed")
 
-    def _admit(self) -> list[tuple[Go, float, bool]]:
-        return [(a.ticket, a.waited_s, a.expired) for a in self._turns.admit(self._clock())]
+    def _admit(self) -> list[Admitted[Go]]:
+        admitted = self._turns.admit(self._clock())
+        for a in admitted:
+            if a.park or a.restore:
+                self._moving.update(_named(a))  # in flight from now until the mover is done
+                self._pending.put((a, {pod: self._turns.footprint(pod) for pod in a.park}))
+        return admitted
 
-    def _release(self, released: list[tuple[Go, float, bool]]) -> None:
-        for go, waited, expired in released:
-            self._on_wait(waited, expired)
+    def _release(self, released: list[Admitted[Go]]) -> None:
+        for a in released:
+            if a.park or a.restore:
+                continue  # queued for the mover (``_admit``): answered once its room is made
+            self._on_wait(a.waited_s, a.expired)
             try:
-                go(waited, expired)
+                a.ticket(a.waited_s, a.expired)
             except Exception:  # one client's answer failing must not stop the others'
                 log.exception("phase gate: answering a waiting process failed")
+
+
+def _named(admitted: Admitted[Go]) -> list[str]:
+    """The pods an admission moves: those it parks, and its own where it restores it."""
+    return [*admitted.park, *([admitted.pod] if admitted.restore else [])]

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
@@ -79,6 +79,8 @@ class Preemption:
         # it has no "relocated" record yet, and must not be reconciled away.
         self._relocating: set[tuple[str, int]] = set()
         self._suspending: set[str] = set()  # pod uids with a suspend in flight
+        # Who asked, and what the pod held per GPU, per suspend in flight.
+        self._suspend_by: dict[str, tuple[str, dict[int, int]]] = {}
         # (pod uid, pid) of processes that reconnected parked without a record and
         # are being resumed (see on_hello): a suspend of the pod waits for them.
         self._waking: set[tuple[str, int]] = set()
@@ -325,6 +327,18 @@ class Preemption:
         with self._lock:
             return any(c.greeted for c in self._sessions.get(uid, {}).values())
 
+    def parkable_at_gate(self) -> set[str]:
+        """Pods the phase gate may park: each of their connected processes said
+        hello with offload hooks and asks the gate while parked (a pod that
+        would not ask would never be brought back)."""
+        with self._lock:
+            return {
+                uid
+                for uid, conns in self._sessions.items()
+                if conns
+                and all(c.greeted and c.hooks and c.asks_while_parked for c in conns.values())
+            }
+
     def _ready_to_suspend(self, uid: str) -> bool:
         """No process of the pod is being resumed from before this agent started
         (see :meth:`on_hello`) or has yet to say hello (its hooks unknown)."""
@@ -333,14 +347,25 @@ class Preemption:
         return not waking and all(c.greeted for c in conns)
 
     # -- suspend -----------------------------------------------------------------
-    def suspend_pod(self, uid: str, target: Location = proto.SELF) -> dict[str, Any]:
+    def suspend_pod(
+        self,
+        uid: str,
+        target: Location = proto.SELF,
+        *,
+        by: str = "",
+        held_mib: Mapping[int, int] | None = None,
+    ) -> dict[str, Any]:
+        """Park the pod's memory; ``by`` and ``held_mib``: who parks it and what
+        it held per GPU, kept in its record (``SuspendedPod``)."""
         with self._lock:
             self._suspending.add(uid)
+            self._suspend_by[uid] = (by, dict(held_mib or {}))
         try:
             return self._suspend_pod(uid, target)
         finally:
             with self._lock:
                 self._suspending.discard(uid)
+                self._suspend_by.pop(uid, None)
 
     def _suspend_pod(self, uid: str, target: Location) -> dict[str, Any]:
         if target.gpu is not None:
@@ -557,13 +582,17 @@ class Preemption:
             rec = self.suspended.get(pod.uid)
             if rec is None:
                 since = rfc3339(self._now())
-                rec = SuspendedPod(uid=pod.uid, namespace=pod.namespace, name=pod.name, since=since)
+                by, held = self._suspend_by.get(pod.uid, ("", {}))
+                rec = SuspendedPod(pod.uid, pod.namespace, pod.name, since, by=by, held_mib=held)
                 self.suspended[pod.uid] = rec
             rec.processes[conn.pid] = manifest
             self._store.save(rec)
         self._backend.set_parked(frozenset({conn.pid}), True)
         self.on_memory_moved()  # first: the pod reads as parked only after its GPUs do
-        if pod.namespace:
+        # A turn at the gate is not a suspension: the pod's claim still owes its
+        # memory, and a conductor that saw it suspended would resume it into the
+        # memory its working partner holds.
+        if pod.namespace and not rec.by:
             self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_SUSPENDED: "true"})
 
     # -- resume ----------------------------------------------------------------
@@ -701,7 +730,7 @@ class Preemption:
         self._free_copies(rec.uid, self._forget(rec, resumed))
         self._backend.set_parked(frozenset(resumed), False)
         self.on_memory_moved()
-        if not rec.processes and rec.namespace:
+        if not rec.processes and rec.namespace and not rec.by:
             self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: None})
 
 

@@ -207,10 +207,16 @@ class AgentServer:
                 )
             conn.hooks = tuple(hooks)
             conn.reports_phase_now = proto.reports_phase_now(req.args.get("client"))
+            conn.asks_while_parked = proto.asks_gate_while_parked(req.args.get("client"))
             state = self.preemption.on_hello(conn, req.args.get("parked"))
             # A client that is told of the gate asks it at each phase start
-            # ("wait") and reports when it leaves its phases (idle).
-            gate = None if self.gate is None else {"maxWaitS": self.gate.max_wait_s}
+            # ("wait") and reports when it leaves its phases (idle); told that
+            # it parks, it asks while parked too, and waits for the answer.
+            gate = (
+                None
+                if self.gate is None
+                else {"maxWaitS": self.gate.max_wait_s, "parksAtGate": self.gate.parks}
+            )
             return proto.encode_reply(req.id, pod=pod.key, node=self._node, phaseGate=gate, **state)
         if req.op == proto.OP_PHASE:
             raw = proto.require_str(req, "phase")

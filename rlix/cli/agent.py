@@ -203,12 +203,18 @@ def render_status(status: dict[str, Any]) -> str:
     suspended: dict[str, dict[str, Any]] = status.get("suspended", {})
     gate: dict[str, Any] | None = status.get("phaseGate")
     waiting: dict[str, float] = gate.get("waitingS", {}) if gate else {}
+    at_gate = set(gate.get("gateParked", [])) if gate else set()
     if gate:
         lines += [
             "",
             f"phase gate on: busy phases take turns on shared GPUs "
             f"(a wait lasts at most {gate['maxWaitS']:g} s)",
         ]
+        if gate.get("parksAtGate"):
+            lines.append(
+                "parking at the gate: a pod goes in where its memory fits; partners that do "
+                "not work are parked first and brought back at their turn"
+            )
         declared: dict[str, float] = gate.get("declaredCycles") or {}
         if declared:
             named = ", ".join(f"{pods.get(u, u)} {s:g} s" for u, s in sorted(declared.items()))
@@ -223,7 +229,8 @@ def render_status(status: dict[str, Any]) -> str:
         if uid in suspended:
             where = sorted({m["where"] for m in suspended[uid].values()})
             nbytes = sum(e["nbytes"] for m in suspended[uid].values() for e in m["entries"])
-            state = f"suspended ({', '.join(where)}, {nbytes / (1 << 20):.1f} MiB parked)"
+            what = "parked at the phase gate" if uid in at_gate else "suspended"
+            state = f"{what} ({', '.join(where)}, {nbytes / (1 << 20):.1f} MiB parked)"
         elif uid in waiting:
             state = f"waiting at the phase gate ({waiting[uid]:.0f} s)"
         else:

@@ -79,6 +79,9 @@ class Runtime:
         self._open_lock = threading.Lock()
         # The agent's phase gate bound in seconds; None: the agent has no gate.
         self.gate_wait_s: float | None = None
+        # The gate parks pods for each other's turns (``--park-at-gate``): ask
+        # it while parked, and wait for its answer without a bound of our own.
+        self.gate_parks = False
         self.link: AgentLink | None = None
         if socket_path:
             self.link = AgentLink(
@@ -106,7 +109,10 @@ class Runtime:
             return
         gated = self.gate_wait_s is not None and self.phase_now is not parsed
         with self._cv:
-            self._cv.wait_for(self._may_run)
+            # A gate that parks brings a pod it parked back only when the pod
+            # asks to go in: ask first, and wait for the memory afterwards.
+            if not (gated and self.gate_parks):
+                self._cv.wait_for(self._may_run)
             if not gated:
                 self._active += 1
         token, previous = self._open_block(parsed)
@@ -157,8 +163,12 @@ class Runtime:
         """Report ``phase`` and wait until the agent's phase gate lets us in."""
         assert self.link is not None and self.gate_wait_s is not None
         fut = self.link.request(proto.OP_PHASE, phase=phase.value, wait=True)
+        # A parking gate holds a pod whose memory does not fit past the bound
+        # (going in would run the GPU out of memory); a lost agent still ends
+        # the wait (AgentUnavailableError).
+        bound = None if self.gate_parks else self.gate_wait_s + GATE_SLACK_S
         try:
-            reply = fut.result(timeout=self.gate_wait_s + GATE_SLACK_S)
+            reply = fut.result(timeout=bound)
         except AgentUnavailableError as exc:  # reconnecting: the next hello says what it offers
             log.debug("rlix: entering %s without the phase gate: %s", phase.value, exc)
             return
@@ -211,6 +221,8 @@ class Runtime:
             self.gate_wait_s = float(bound)
         else:
             self.gate_wait_s = None
+        parks = isinstance(gate, dict) and gate.get("parksAtGate") is True
+        self.gate_parks = self.gate_wait_s is not None and parks
 
     def _hello(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = [(proto.OP_HELLO, self._hello_args())]

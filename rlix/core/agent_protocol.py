@@ -67,19 +67,36 @@ OP_RESUME: Final = "resume"  # {"manifest": {...}}; reply carries the checksums
 # The hello's "client": the library and its revision. Revision 2 and later say,
 # with a phase report without "wait", the phase the process is in now, inside a
 # block (a nested block ended, or it reconnected mid-block): where the agent
-# runs the phase gate, that process works in that phase at once.
+# runs the phase gate, that process works in that phase at once. Revision 3
+# and later, told that the gate parks ("parksAtGate"), ask the gate to enter a
+# phase even while parked and wait for its answer however long: the gate
+# brings a pod it parked back at its turn, which it can only do for a pod that
+# asks, and holds a pod whose memory does not fit past the wait's bound.
 CLIENT_NAME: Final = "rlix-python"
-CLIENT_REVISION: Final = 2
+CLIENT_REVISION: Final = 3
 _PHASE_NOW_REVISION: Final = 2
+_ASKS_WHILE_PARKED_REVISION: Final = 3
+
+
+def _revision(client: object) -> int | None:
+    if not isinstance(client, str):
+        return None
+    name, _, revision = client.partition("/")
+    return int(revision) if name == CLIENT_NAME and revision.isdigit() else None
 
 
 def reports_phase_now(client: object) -> bool:
     """Whether a hello's "client" says its wait-less phase reports are the phase
     it is in now (revision 2 or later of this library)."""
-    if not isinstance(client, str):
-        return False
-    name, _, revision = client.partition("/")
-    return name == CLIENT_NAME and revision.isdigit() and int(revision) >= _PHASE_NOW_REVISION
+    revision = _revision(client)
+    return revision is not None and revision >= _PHASE_NOW_REVISION
+
+
+def asks_gate_while_parked(client: object) -> bool:
+    """Whether a hello's "client" asks a parking gate to enter while parked and
+    waits for its answer without a bound of its own (revision 3 or later)."""
+    revision = _revision(client)
+    return revision is not None and revision >= _ASKS_WHILE_PARKED_REVISION
 
 
 CLIENT_OPS: Final = frozenset({OP_HELLO, OP_PHASE, OP_USAGE, OP_ACTIVE_REPLICAS})

@@ -483,6 +483,14 @@ def test_the_phase_gate_value_gives_the_agent_arguments_it_accepts_and_its_matri
     args = build_parser().parse_args([*container["args"], "--node-name=n"])
     assert _argument_error(args) is None
     assert args.phase_gate and args.phase_gate_max_wait == 120.0
+    assert not args.park_at_gate
+    parking = _agent_pod_spec(
+        helm,
+        "--set", "nodeAgent.phaseGate.enabled=true",
+        "--set", "nodeAgent.phaseGate.parkAtGate=true",
+    )  # fmt: skip
+    parks = build_parser().parse_args([*parking["containers"][0]["args"], "--node-name=n"])
+    assert _argument_error(parks) is None and parks.phase_gate and parks.park_at_gate
     mount = next(m for m in container["volumeMounts"] if m["name"] == "interference")
     volume = next(v for v in on["volumes"] if v["name"] == "interference")
     assert volume["configMap"]["name"] == "h200-matrix" and mount["readOnly"]

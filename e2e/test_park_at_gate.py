@@ -1,0 +1,246 @@
+"""Parking at the gate (``--park-at-gate``): two pods whose peaks do not fit one GPU
+together take turns with their memory, each parked bit for bit while the other works.
+
+Real control plane; the node agent runs as a process against it, on one of the
+session's kwok nodes, with simulated GPUs (the backend's memory follows what
+each trainer process reports through the real client library, and refuses a
+report that would run the GPU over). The pods declare their peak
+(``rlix.io/gpu-memory-mib``), which the agent reads from its listing of the
+node's pods. Each trainer keeps a buffer that its offload hook copies to host
+memory and clears, and its restore hook copies back; the agent refuses a
+restore whose checksums differ, and the trainer prints the buffer's digest
+on demand, so "bit for bit" is checked on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.kube import apply, get_json, wait_for
+from rlix.cli.main import main as rlix_main
+from rlix.core import agent_protocol as proto
+from rlix.core import names
+from rlix.core.suspension import ANNOTATION_AGENT_HEARTBEAT
+from tests.components.pod_processes import close_process, spawn_in_pod
+from tests.support.agent_fakes import AgentProcess
+
+MAX_WAIT_S = 3.0  # short: a pod held for memory waits past it, which the test checks
+
+# A trainer: "mem N" reports N MiB on GPU 0 ("ok", or "refused: ..." where the
+# GPU has no room); "enter P" enters a phase block in a thread and prints "in
+# P" once inside, calling safe_point() while it stays; "exit" leaves it
+# ("out"); "digest" prints its buffer's digest.
+TRAINER = r"""
+import hashlib, os, sys, threading, time
+import rlix
+from rlix.client import api
+sys.stdin.readline()  # wait until the test has put us in a pod
+device = bytearray(os.urandom(1 << 20))  # stands in for the pod's device memory
+host = None
+
+def offload():
+    global host
+    host = bytes(device)
+    device[:] = bytes(len(device))  # freed: nothing of it is left behind
+    return {"buffer": (len(host), hashlib.sha256(host).hexdigest())}
+
+def restore():
+    global host
+    device[:] = host
+    host = None
+    return {"buffer": hashlib.sha256(device).hexdigest()}
+
+rlix.register_offload("state", offload, restore)
+rt = api._get()
+deadline = time.monotonic() + 60
+while not rt.gate_parks and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(f"ready {rt.gate_parks}", flush=True)
+leave = threading.Event()
+held = None
+
+def hold(phase):
+    with rlix.phase(phase):
+        print(f"in {phase}", flush=True)
+        while not leave.wait(0.05):
+            rlix.safe_point()
+
+for line in sys.stdin:
+    cmd, _, arg = line.strip().partition(" ")
+    if cmd == "mem":
+        try:
+            rlix.report_usage(gpu=0, memory_mib=int(arg), utilization=0.5)
+            print("ok", flush=True)
+        except Exception as exc:
+            print(f"refused: {exc}", flush=True)
+    elif cmd == "enter":
+        leave.clear()
+        held = threading.Thread(target=hold, args=(arg,))
+        held.start()
+    elif cmd == "exit":
+        leave.set()
+        held.join()
+        print("out", flush=True)
+    elif cmd == "digest":
+        print(hashlib.sha256(device).hexdigest(), flush=True)
+"""
+
+
+class Trainer:
+    def __init__(self, agent: AgentProcess, uid: str) -> None:
+        self.proc = spawn_in_pod(agent, TRAINER, uid=uid)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.next() == "ready True", agent.log_text()
+        self.digest = self.ask("digest")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def next(self, timeout: float = 30.0) -> str:
+        return self.lines.get(timeout=timeout)
+
+    def ask(self, line: str) -> str:
+        self.say(line)
+        return self.next()
+
+    def quiet_for(self, seconds: float) -> bool:
+        try:
+            line = self.lines.get(timeout=seconds)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"expected no output, got {line!r}")
+
+
+@pytest.fixture
+def agent(cluster: Any, tmp_path: Path) -> Iterator[AgentProcess]:
+    node = get_json(cluster, "nodes", "-l", "type=kwok")["items"][0]
+    labels = node["metadata"]["labels"]
+    started = AgentProcess(
+        tmp_path / "agent",
+        node=node["metadata"]["name"],
+        kubeconfig=Path(cluster.kubeconfig),
+        sim_gpus=int(labels[names.NODE_LABEL_GPU_COUNT]),
+        sim_gpu_memory_mib=int(labels[names.NODE_LABEL_GPU_MEMORY_MIB]),
+        extra_args=(
+            "--phase-gate",
+            "--park-at-gate",
+            f"--phase-gate-max-wait={MAX_WAIT_S}",
+            "--conduct-interval=0.3",
+        ),
+    ).start()
+    try:
+        yield started
+    finally:
+        started.kill()
+        # The session's other tests place on this node: no stale heartbeat.
+        cluster.kubectl(
+            "annotate", "node", started.node,
+            f"{names.ANNOTATION_NODE_GPUS}-", f"{ANNOTATION_AGENT_HEARTBEAT}-", check=False,
+        )  # fmt: skip
+
+
+def _pod(cluster: Any, namespace: str, agent: AgentProcess, name: str, peak_mib: int) -> str:
+    apply(
+        cluster,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "annotations": {names.ANNOTATION_GPU_MEMORY_MIB: json.dumps(peak_mib)},
+            },
+            "spec": {
+                "nodeName": agent.node,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "main", "image": "example.com/trainer:1"}],
+            },
+        },
+    )
+    uid: str = get_json(cluster, "pod", name, "-n", namespace)["metadata"]["uid"]
+    return uid
+
+
+def _status(agent: AgentProcess) -> dict[str, Any]:
+    body: dict[str, Any] = agent.control(proto.OP_STATUS).body
+    return body
+
+
+def _annotations(cluster: Any, namespace: str, name: str) -> dict[str, str]:
+    got: dict[str, str] = get_json(cluster, "pod", name, "-n", namespace)["metadata"].get(
+        "annotations", {}
+    )
+    return got
+
+
+def test_two_pods_whose_peaks_do_not_fit_together_take_turns_with_their_memory(
+    cluster: Any, namespace: str, agent: AgentProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu_mib = int(
+        get_json(cluster, "node", agent.node)["metadata"]["labels"][names.NODE_LABEL_GPU_MEMORY_MIB]
+    )
+    peak, weights = gpu_mib * 6 // 10, gpu_mib // 4  # two peaks: 1.2 GPUs
+    uid_a = _pod(cluster, namespace, agent, "trainer-a", peak)
+    uid_b = _pod(cluster, namespace, agent, "rollout-b", peak)
+    a, b = Trainer(agent, uid_a), Trainer(agent, uid_b)
+    try:
+        assert a.ask(f"mem {peak}") == "ok"
+        assert b.ask(f"mem {weights}") == "ok"  # its weights; its KV cache comes in rollout
+        wait_for(
+            "the gate to read both pods' declared peaks",
+            lambda: _status(agent)["phaseGate"]["peaksMiB"] == {uid_a: peak, uid_b: peak},
+        )
+
+        # b's rollout may grow to its peak, which does not fit beside a: a, idle,
+        # is parked first, and b goes in.
+        b.say("enter rollout")
+        assert b.next() == "in rollout", agent.log_text()
+        status = _status(agent)
+        assert status["phaseGate"]["gateParked"] == [uid_a]
+        assert list(status["suspended"]) == [uid_a]
+        assert b.ask(f"mem {peak}") == "ok"  # the room a's memory left
+        # A turn, not a suspension: nothing tells the conductor a is suspended.
+        assert names.ANNOTATION_SUSPENDED not in _annotations(cluster, namespace, "trainer-a")
+        capsys.readouterr()
+        assert rlix_main(["agent", f"--socket={agent.socket}", "status"]) == 0
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if "trainer-a" in x]
+        assert "parked at the phase gate" in line, line
+
+        # a's turn: b, idle now, is parked; a comes back, bit for bit, and goes in.
+        assert b.ask("exit") == "out"
+        a.say("enter training")
+        assert a.next() == "in training", agent.log_text()
+        status = _status(agent)
+        assert status["phaseGate"]["gateParked"] == [uid_b]
+        assert list(status["suspended"]) == [uid_b]
+        assert a.ask("digest") == a.digest
+
+        # b asks again while a works: its memory does not fit beside a's peak, so
+        # it waits, past the wait's bound too, and goes in when a is out.
+        b.say("enter rollout")
+        assert b.quiet_for(MAX_WAIT_S + 2.0)
+        assert list(_status(agent)["phaseGate"]["waitingS"]) == [uid_b]
+        assert a.ask("exit") == "out"
+        assert b.next() == "in rollout", agent.log_text()
+        assert b.ask("digest") == b.digest
+        assert _status(agent)["phaseGate"]["gateParked"] == [uid_a]
+        assert names.ANNOTATION_SUSPENDED not in _annotations(cluster, namespace, "rollout-b")
+        assert "Traceback" not in agent.log_text()
+    finally:
+        for t in (a, b):
+            close_process(t.proc)

@@ -1,0 +1,59 @@
+"""The phase gate's memory moves (``--park-at-gate``), made with this agent's
+suspend and resume in place (``Preemption``).
+
+A gate park is recorded like any suspension (bit-exact copies, a record that
+survives an agent restart) but marked ``by`` the gate, with what the pod held
+per GPU: it is a turn, not a suspension, so it is not published as
+``rlix.io/suspended`` (a conductor would resume it into the memory its
+working partner holds), and a restarted agent's gate adopts it back into the
+line with the room its restore needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from rlix.agent.overruns import budget_mib
+from rlix.agent.parking_state import PARKED_BY_GATE
+from rlix.agent.preemption import Preemption
+
+if TYPE_CHECKING:
+    from rlix.agent.conducting import NodePod
+
+
+class GateParking:
+    """``phase_gate.Moves`` on this node's Preemption."""
+
+    def __init__(self, preemption: Preemption) -> None:
+        self._preemption = preemption
+
+    def park(self, pod: str, held: Mapping[int, int]) -> None:
+        self._preemption.suspend_pod(pod, by=PARKED_BY_GATE, held_mib=held)
+
+    def restore(self, pod: str) -> None:
+        self._preemption.resume_pod(pod)
+
+    def adopted(self) -> dict[str, dict[int, int]]:
+        """Pods the gate had parked before this agent started: uid -> what they held."""
+        return {
+            uid: dict(rec.held_mib)
+            for uid, rec in dict(self._preemption.suspended).items()
+            if rec.by == PARKED_BY_GATE
+        }
+
+
+class DeclaredPeaks:
+    """Pod uid -> the per-GPU MiB it declares at its peak (``rlix.io/gpu-memory-mib``,
+    its claim's), from the node's pods as the conducting loop last listed them:
+    a pod going in may grow to it, so the gate makes room for that, not for
+    what it holds now. Without an API server no pod declares any."""
+
+    def __init__(self) -> None:
+        self._listing: Callable[[], Sequence[NodePod]] = tuple
+
+    def follow(self, listing: Callable[[], Sequence[NodePod]]) -> None:
+        self._listing = listing
+
+    def __call__(self) -> dict[str, int]:
+        return {pod.uid: peak for pod in self._listing() if (peak := budget_mib(pod))}

@@ -1,0 +1,201 @@
+"""The phase gate's memory moves (``PhaseGate`` with ``memory`` and ``moves``):
+made on the gate's own thread, in order, before the waiter is answered; a
+failed one puts the waiter back in line. The node's side is a small model of
+what the agent's Preemption does (the record, the memory leaving the GPU);
+e2e/test_park_at_gate.py runs the real agent and real trainer processes."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+
+import pytest
+
+from rlix.agent.parking_state import PARKED_BY_GATE, SuspendedPod
+from rlix.agent.phase_gate import PhaseGate
+from rlix.core.phases import Phase
+from rlix.core.policy.placement.sharing import SharingRules
+
+GPU_MIB = 81_920
+PEAK = 50_000
+
+
+class Node:
+    """What the gate reads of the node, and the moves it asks for."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.resident = {"a": {0: PEAK}, "b": {0: 20_000}}
+        self.parked: dict[str, dict[int, int]] = {}
+        self.moves: list[tuple[str, str, threading.Thread]] = []
+        self.fail_next_park = False
+
+    def gpus(self) -> dict[str, frozenset[int]]:
+        with self.lock:
+            return {pod: frozenset(held) for pod, held in self.resident.items()}
+
+    def memory(
+        self,
+    ) -> tuple[dict[str, dict[int, int]], dict[int, int], dict[str, int], set[str]]:
+        with self.lock:
+            held = {pod: dict(h) for pod, h in self.resident.items()}
+        return held, {0: GPU_MIB}, {"a": PEAK, "b": PEAK}, {"a", "b"}
+
+    def is_parked(self, pod: str) -> bool:
+        with self.lock:
+            return pod in self.parked
+
+    def park(self, pod: str, held: Mapping[int, int]) -> None:
+        with self.lock:
+            self.moves.append(("park", pod, threading.current_thread()))
+            if self.fail_next_park:
+                self.fail_next_park = False
+                raise RuntimeError(f"pod {pod}: no park reply within 30s")
+            assert dict(held) == self.resident[pod], "the gate passes what the pod holds"
+            self.parked[pod] = self.resident.pop(pod)
+
+    def restore(self, pod: str) -> None:
+        with self.lock:
+            self.moves.append(("restore", pod, threading.current_thread()))
+            self.resident[pod] = self.parked.pop(pod)
+
+
+@pytest.fixture
+def node() -> Node:
+    return Node()
+
+
+@pytest.fixture
+def gate(node: Node) -> Iterator[PhaseGate]:
+    g = PhaseGate(
+        SharingRules(),
+        60.0,
+        gpus=node.gpus,
+        parked=node.is_parked,
+        memory=node.memory,
+        moves=node,
+    )
+    stop = threading.Event()
+    runner = threading.Thread(target=g.run, args=(stop,), daemon=True)
+    runner.start()
+    yield g
+    stop.set()
+    runner.join(timeout=5)
+
+
+class Answers:
+    def __init__(self) -> None:
+        self.got = threading.Event()
+        self.calls: list[tuple[float, bool, threading.Thread]] = []
+
+    def __call__(self, waited: float, expired: bool) -> None:
+        self.calls.append((waited, expired, threading.current_thread()))
+        self.got.set()
+
+
+def test_the_idle_partner_is_parked_on_the_gates_thread_before_the_answer(
+    gate: PhaseGate, node: Node
+) -> None:
+    go = Answers()
+    assert not gate.enter("b", "b0", Phase.ROLLOUT, go)  # b's peak needs a's memory gone
+    assert go.got.wait(10), gate.status()
+    [(kind, pod, thread)] = node.moves
+    assert (kind, pod) == ("park", "a")
+    assert thread is not threading.current_thread()  # not the thread that asked
+    assert go.calls[0][2] is thread  # answered once the park was made, by the same thread
+    status = gate.status()
+    assert status["gateParked"] == ["a"] and status["working"] == {"b": ["memory"]}
+    assert status["parksAtGate"] and status["peaksMiB"] == {"a": PEAK, "b": PEAK}
+
+
+def test_the_parked_pod_stays_in_line_and_comes_back_at_its_turn(
+    gate: PhaseGate, node: Node
+) -> None:
+    went_b = Answers()
+    gate.enter("b", "b0", Phase.ROLLOUT, went_b)
+    assert went_b.got.wait(10)
+    node.resident["b"] = {0: PEAK}  # its KV cache, in the room a left
+    went_a = Answers()
+    # a is parked (the node's record says so), yet its wait is not answered:
+    # it is the gate's park, brought back at a's turn, not someone else's.
+    assert not gate.enter("a", "a0", Phase.TRAINING, went_a)
+    gate.poke()
+    assert not went_a.got.wait(0.5)
+    assert gate.status()["waitingS"].keys() == {"a"}
+    assert gate.enter("b", "b0", Phase.IDLE, Answers())  # b's turn ends
+    assert went_a.got.wait(10), gate.status()
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "a"), ("park", "b"), ("restore", "a")]
+    assert gate.status()["gateParked"] == ["b"]
+
+
+def test_a_park_that_fails_puts_the_waiter_back_in_line_and_is_tried_again(
+    gate: PhaseGate, node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    node.fail_next_park = True
+    go = Answers()
+    with caplog.at_level(logging.ERROR, logger="rlix.agent.phase_gate"):
+        gate.enter("b", "b0", Phase.ROLLOUT, go)
+        assert go.got.wait(10), gate.status()
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "a"), ("park", "a")]
+    assert len(go.calls) == 1  # answered once, after the second park
+    assert "making room for pod b failed (parked [] of ['a']); it waits again" in caplog.text
+
+
+def test_a_gate_park_brought_back_by_someone_else_is_not_restored_again(
+    gate: PhaseGate, node: Node
+) -> None:
+    go = Answers()
+    gate.enter("b", "b0", Phase.ROLLOUT, go)
+    assert go.got.wait(10)
+    node.restore("a")  # `rlix agent resume`, say
+    gate.poke()
+    assert gate.status()["gateParked"] == []
+    gate.enter("b", "b0", Phase.IDLE, Answers())
+    assert gate.enter("a", "a0", Phase.IDLE, Answers())
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "a"), ("restore", "a")]
+
+
+def test_a_pod_parked_by_a_previous_agent_comes_back_into_what_its_record_says(
+    node: Node,
+) -> None:
+    node.parked["a"] = node.resident.pop("a")  # parked at the gate before a restart
+    g = PhaseGate(
+        SharingRules(),
+        60.0,
+        gpus=node.gpus,
+        parked=node.is_parked,
+        memory=node.memory,
+        moves=node,
+        adopt={"a": {0: PEAK}},
+    )
+    stop = threading.Event()
+    threading.Thread(target=g.run, args=(stop,), daemon=True).start()
+    try:
+        go = Answers()
+        assert not g.enter("a", "a0", Phase.TRAINING, go)
+        assert go.got.wait(10), g.status()
+        # b holds 20,000 and a's peak is 50,000: both fit, nothing else moves.
+        assert [(k, p) for k, p, _ in node.moves] == [("restore", "a")]
+    finally:
+        stop.set()
+
+
+def test_parking_needs_both_what_pods_hold_and_a_way_to_move_them(node: Node) -> None:
+    with pytest.raises(ValueError, match="both memory and moves"):
+        PhaseGate(SharingRules(), 60.0, gpus=node.gpus, parked=node.is_parked, moves=node)
+
+
+def test_a_gate_parks_record_says_so_and_keeps_what_it_held() -> None:
+    rec = SuspendedPod(
+        "aaaaaaaa-0000-4000-8000-00000000000a", "ns", "p", "2026-12-07T00:00:00Z",
+        by=PARKED_BY_GATE, held_mib={0: PEAK, 3: 10},
+    )  # fmt: skip
+    doc = rec.to_doc()
+    assert doc["by"] == PARKED_BY_GATE and doc["heldMiB"] == {"0": PEAK, "3": 10}
+    assert SuspendedPod.from_doc(doc) == rec
+    # A record an older agent wrote (or any suspension) carries neither.
+    older = {k: v for k, v in doc.items() if k not in ("by", "heldMiB")}
+    back = SuspendedPod.from_doc(older)
+    assert back.by == "" and back.held_mib == {}
+    assert "by" not in back.to_doc()
