@@ -27,7 +27,15 @@ from e2e.kube import apply, get_json, wait_for
 from rlix.cli.main import main as rlix_main
 from rlix.core import agent_protocol as proto
 from rlix.core import names
-from rlix.core.suspension import ANNOTATION_AGENT_HEARTBEAT
+from rlix.core.suspension import (
+    ANNOTATION_AGENT_HEARTBEAT,
+    ANNOTATION_DESIRED,
+    ANNOTATION_OBSERVED,
+    DesiredSuspension,
+    ObservedSuspension,
+    Outcome,
+    State,
+)
 from tests.components.pod_processes import close_process, spawn_in_pod
 from tests.support.agent_fakes import AgentProcess
 
@@ -177,8 +185,7 @@ def _pod(cluster: Any, namespace: str, agent: AgentProcess, name: str, peak_mib:
 
 
 def _status(agent: AgentProcess) -> dict[str, Any]:
-    body: dict[str, Any] = agent.control(proto.OP_STATUS).body
-    return body
+    return dict(agent.control(proto.OP_STATUS).body)
 
 
 def _annotations(cluster: Any, namespace: str, name: str) -> dict[str, str]:
@@ -188,59 +195,153 @@ def _annotations(cluster: Any, namespace: str, name: str) -> dict[str, str]:
     return got
 
 
-def test_two_pods_whose_peaks_do_not_fit_together_take_turns_with_their_memory(
-    cluster: Any, namespace: str, agent: AgentProcess, capsys: pytest.CaptureFixture[str]
-) -> None:
-    gpu_mib = int(
-        get_json(cluster, "node", agent.node)["metadata"]["labels"][names.NODE_LABEL_GPU_MEMORY_MIB]
-    )
-    peak, weights = gpu_mib * 6 // 10, gpu_mib // 4  # two peaks: 1.2 GPUs
-    uid_a = _pod(cluster, namespace, agent, "trainer-a", peak)
-    uid_b = _pod(cluster, namespace, agent, "rollout-b", peak)
-    a, b = Trainer(agent, uid_a), Trainer(agent, uid_b)
-    try:
-        assert a.ask(f"mem {peak}") == "ok"
-        assert b.ask(f"mem {weights}") == "ok"  # its weights; its KV cache comes in rollout
+class Pair:
+    """Two trainers on GPU 0 of the agent's node: a holds its peak; b holds its
+    weights, its KV cache to come in rollout; each peak is 0.6 of the GPU."""
+
+    def __init__(self, cluster: Any, namespace: str, agent: AgentProcess) -> None:
+        labels = get_json(cluster, "node", agent.node)["metadata"]["labels"]
+        gpu_mib = int(labels[names.NODE_LABEL_GPU_MEMORY_MIB])
+        self.peak, weights = gpu_mib * 6 // 10, gpu_mib // 4  # two peaks: 1.2 GPUs
+        self.uid_a = _pod(cluster, namespace, agent, "trainer-a", self.peak)
+        self.uid_b = _pod(cluster, namespace, agent, "rollout-b", self.peak)
+        self.trainers: list[Trainer] = []
+        self.a = self._trainer(agent, self.uid_a)
+        self.b = self._trainer(agent, self.uid_b)
+        assert self.a.ask(f"mem {self.peak}") == "ok"
+        assert self.b.ask(f"mem {weights}") == "ok"
+        self.peaks_read(agent)
+
+    def _trainer(self, agent: AgentProcess, uid: str) -> Trainer:
+        t = Trainer(agent, uid)
+        self.trainers.append(t)
+        return t
+
+    def peaks_read(self, agent: AgentProcess) -> None:
+        both = {self.uid_a: self.peak, self.uid_b: self.peak}
         wait_for(
             "the gate to read both pods' declared peaks",
-            lambda: _status(agent)["phaseGate"]["peaksMiB"] == {uid_a: peak, uid_b: peak},
+            lambda: _status(agent)["phaseGate"]["peaksMiB"] == both,
         )
 
-        # b's rollout may grow to its peak, which does not fit beside a: a, idle,
-        # is parked first, and b goes in.
-        b.say("enter rollout")
-        assert b.next() == "in rollout", agent.log_text()
+    def b_goes_in_once_a_is_parked(self, agent: AgentProcess) -> None:
+        """b's rollout may grow to its peak, which does not fit beside a: a, idle,
+        is parked first, and b goes in and grows into the room a left."""
+        self.b.say("enter rollout")
+        assert self.b.next() == "in rollout", agent.log_text()
         status = _status(agent)
-        assert status["phaseGate"]["gateParked"] == [uid_a]
-        assert list(status["suspended"]) == [uid_a]
-        assert b.ask(f"mem {peak}") == "ok"  # the room a's memory left
-        # A turn, not a suspension: nothing tells the conductor a is suspended.
-        assert names.ANNOTATION_SUSPENDED not in _annotations(cluster, namespace, "trainer-a")
-        capsys.readouterr()
-        assert rlix_main(["agent", f"--socket={agent.socket}", "status"]) == 0
-        (line,) = [x for x in capsys.readouterr().out.splitlines() if "trainer-a" in x]
-        assert "parked at the phase gate" in line, line
+        assert status["phaseGate"]["gateParked"] == [self.uid_a]
+        assert list(status["suspended"]) == [self.uid_a]
+        assert self.b.ask(f"mem {self.peak}") == "ok"
 
-        # a's turn: b, idle now, is parked; a comes back, bit for bit, and goes in.
-        assert b.ask("exit") == "out"
-        a.say("enter training")
-        assert a.next() == "in training", agent.log_text()
+    def a_comes_back_bit_for_bit_once_b_is_out(self, agent: AgentProcess) -> None:
+        assert self.b.ask("exit") == "out"
+        self.a.say("enter training")
+        assert self.a.next() == "in training", agent.log_text()
         status = _status(agent)
-        assert status["phaseGate"]["gateParked"] == [uid_b]
-        assert list(status["suspended"]) == [uid_b]
-        assert a.ask("digest") == a.digest
+        assert status["phaseGate"]["gateParked"] == [self.uid_b]
+        assert list(status["suspended"]) == [self.uid_b]
+        assert self.a.ask("digest") == self.a.digest
 
-        # b asks again while a works: its memory does not fit beside a's peak, so
-        # it waits, past the wait's bound too, and goes in when a is out.
-        b.say("enter rollout")
-        assert b.quiet_for(MAX_WAIT_S + 2.0)
-        assert list(_status(agent)["phaseGate"]["waitingS"]) == [uid_b]
-        assert a.ask("exit") == "out"
-        assert b.next() == "in rollout", agent.log_text()
-        assert b.ask("digest") == b.digest
-        assert _status(agent)["phaseGate"]["gateParked"] == [uid_a]
-        assert names.ANNOTATION_SUSPENDED not in _annotations(cluster, namespace, "rollout-b")
-        assert "Traceback" not in agent.log_text()
-    finally:
-        for t in (a, b):
+    def close(self) -> None:
+        for t in self.trainers:
             close_process(t.proc)
+
+
+@pytest.fixture
+def pair(cluster: Any, namespace: str, agent: AgentProcess) -> Iterator[Pair]:
+    made = Pair(cluster, namespace, agent)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_two_pods_whose_peaks_do_not_fit_together_take_turns_with_their_memory(
+    cluster: Any, namespace: str, agent: AgentProcess, pair: Pair,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    a, b = pair.a, pair.b
+    pair.b_goes_in_once_a_is_parked(agent)
+    # A turn, not a suspension: nothing tells the conductor a is suspended.
+    assert names.ANNOTATION_SUSPENDED not in _annotations(cluster, namespace, "trainer-a")
+    capsys.readouterr()
+    assert rlix_main(["agent", f"--socket={agent.socket}", "status"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "trainer-a" in x]
+    assert "parked at the phase gate" in line, line
+
+    # a's turn: b, idle now, is parked; a comes back, bit for bit, and goes in.
+    pair.a_comes_back_bit_for_bit_once_b_is_out(agent)
+
+    # b asks again while a works: its memory does not fit beside a's peak, so
+    # it waits, past the wait's bound too, and goes in when a is out.
+    b.say("enter rollout")
+    assert b.quiet_for(MAX_WAIT_S + 2.0)
+    assert list(_status(agent)["phaseGate"]["waitingS"]) == [pair.uid_b]
+    assert a.ask("exit") == "out"
+    assert b.next() == "in rollout", agent.log_text()
+    assert b.ask("digest") == b.digest
+    assert _status(agent)["phaseGate"]["gateParked"] == [pair.uid_a]
+    assert names.ANNOTATION_SUSPENDED not in _annotations(cluster, namespace, "rollout-b")
+    assert "Traceback" not in agent.log_text()
+
+
+def test_a_restarted_agent_brings_back_the_pod_its_gate_had_parked(
+    agent: AgentProcess, pair: Pair
+) -> None:
+    """The agent is killed while a is parked at the gate and b works: the
+    restarted agent reads a's record (who parked it, what it held), takes it
+    back into the line, and brings it back at its turn, bit for bit."""
+    pair.b_goes_in_once_a_is_parked(agent)
+    agent.kill()  # SIGKILL, as a node agent pod's crash
+    agent.start()  # same state dir, as the restarted DaemonSet pod
+    both = {pair.uid_a, pair.uid_b}
+    wait_for(
+        "both trainers to reconnect to the restarted agent",
+        lambda: set(_status(agent)["connected"]) == both,
+    )
+    status = _status(agent)
+    assert status["phaseGate"]["gateParked"] == [pair.uid_a], status
+    assert list(status["suspended"]) == [pair.uid_a]
+    pair.peaks_read(agent)
+    # The simulated backend starts empty, where NVML would still show what b
+    # holds: b says it again.
+    assert pair.b.ask(f"mem {pair.peak}") == "ok"
+    # b reconnected inside its rollout block: the gate counts it as working.
+    wait_for(
+        "b to work again in the restarted gate's view",
+        lambda: _status(agent)["phaseGate"]["working"] == {pair.uid_b: ["memory"]},
+    )
+    pair.a_comes_back_bit_for_bit_once_b_is_out(agent)
+
+
+def test_a_suspension_wanted_of_a_pod_the_gate_parked_makes_it_one(
+    cluster: Any, namespace: str, agent: AgentProcess, pair: Pair
+) -> None:
+    """The conductor wants a suspended while the gate has it parked for b's
+    turn: the agent reports it suspended without parking it twice, publishes it
+    as suspended, and the gate no longer brings it back at its turn."""
+    pair.b_goes_in_once_a_is_parked(agent)
+    desired = DesiredSuspension(1, State.SUSPENDED, "Manual", "user")
+    cluster.kubectl(
+        "annotate", "pod", "trainer-a", "-n", namespace,
+        f"{ANNOTATION_DESIRED}={desired.to_json()}",
+    )  # fmt: skip
+
+    def observed() -> ObservedSuspension | None:
+        raw = _annotations(cluster, namespace, "trainer-a").get(ANNOTATION_OBSERVED)
+        return ObservedSuspension.parse(raw) if raw else None
+
+    seen = wait_for("the agent's report of the suspension", observed)
+    assert (seen.generation, seen.outcome) == (1, Outcome.SUSPENDED)
+    wait_for(
+        "trainer-a published as suspended",
+        lambda: (
+            _annotations(cluster, namespace, "trainer-a").get(names.ANNOTATION_SUSPENDED) == "true"
+        ),
+    )
+    assert _status(agent)["phaseGate"]["gateParked"] == []
+    assert pair.b.ask("exit") == "out"
+    pair.a.say("enter training")
+    assert pair.a.quiet_for(2.0)  # suspended: nothing brings it back but a resume
+    assert list(_status(agent)["suspended"]) == [pair.uid_a]

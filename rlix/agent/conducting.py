@@ -70,6 +70,8 @@ class Executor(Protocol):
 
     def parked_bytes(self, uid: str) -> int | None: ...
 
+    def keep_suspended(self, uid: str) -> None: ...
+
     def connected(self, uid: str) -> bool: ...
 
 
@@ -181,7 +183,10 @@ class Conducting:
 
         if want is State.SUSPENDED:
             if self._executor.parked_bytes(pod.uid) is not None:
-                return report(State.SUSPENDED, Outcome.SUSPENDED)  # done before: not twice
+                # Done before: not twice. Parked by the phase gate for a turn, it
+                # becomes a suspension, which the gate no longer brings back.
+                self._executor.keep_suspended(pod.uid)
+                return report(State.SUSPENDED, Outcome.SUSPENDED)
             if not self._executor.connected(pod.uid):
                 if self._now() < self._grace_until:
                     return None  # its processes may still be reconnecting to this agent

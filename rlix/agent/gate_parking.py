@@ -34,6 +34,9 @@ class GateParking:
     def restore(self, pod: str) -> None:
         self._preemption.resume_pod(pod)
 
+    def holds(self, pod: str) -> bool:
+        return self._preemption.parked_by_gate(pod)
+
     def adopted(self) -> dict[str, dict[int, int]]:
         """Pods the gate had parked before this agent started: uid -> what they held."""
         return {

@@ -68,6 +68,11 @@ class Moves(Protocol):
 
     def restore(self, pod: str) -> None: ...
 
+    def holds(self, pod: str) -> bool:
+        """Whether ``pod``'s memory is parked for the gate now: False once it
+        was brought back some other way, or made a suspension (the conductor)."""
+        ...
+
 
 class PhaseGate:
     def __init__(
@@ -233,10 +238,11 @@ class PhaseGate:
         self._read_memory()
         now, out = self._clock(), []
         # The gate's own parks stay in line (their waiters wait for a turn and
-        # a restore); one that is neither in flight nor parked any more was
-        # brought back by someone else (``rlix resume``) or its pod is gone.
+        # a restore); one that is not in flight and no longer the gate's was
+        # brought back by someone else (``rlix agent resume``), made a
+        # suspension (the conductor), or its pod is gone.
         for pod in self._turns.gate_parked():
-            if pod not in self._moving and not self._parked(pod):
+            if pod not in self._moving and not (self._moves and self._moves.holds(pod)):
                 self._turns.release(pod)
         mine = set(self._turns.gate_parked()) | set(self._moving)
         for pod in self._turns.pods():

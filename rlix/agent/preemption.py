@@ -28,6 +28,7 @@ from rlix.agent.driver_checkpoint import Checkpointer, CheckpointUnsupportedErro
 from rlix.agent.gpus import GpuBackend
 from rlix.agent.park_space import ExportError, ParkSpace
 from rlix.agent.parking_state import (
+    PARKED_BY_GATE,
     Manifest,
     ManifestError,
     StateStore,
@@ -338,6 +339,26 @@ class Preemption:
                 if conns
                 and all(c.greeted and c.hooks and c.asks_while_parked for c in conns.values())
             }
+
+    def parked_by_gate(self, uid: str) -> bool:
+        """Whether the phase gate parked this pod for a turn (its record says so)."""
+        with self._lock:
+            rec = self.suspended.get(uid)
+            return rec is not None and rec.by == PARKED_BY_GATE
+
+    def keep_suspended(self, uid: str) -> None:
+        """A suspension is wanted of a pod that is parked already: where the phase
+        gate parked it for a turn, it is a suspension from now on, published as
+        one, and the gate no longer brings it back."""
+        with self._lock:
+            rec = self.suspended.get(uid)
+            if rec is None or not rec.by:
+                return
+            rec.by, rec.held_mib = "", {}
+            self._store.save(rec)
+        self.on_memory_moved()  # the gate reads the record again and lets it go
+        if rec.namespace:
+            self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: "true"})
 
     def _ready_to_suspend(self, uid: str) -> bool:
         """No process of the pod is being resumed from before this agent started

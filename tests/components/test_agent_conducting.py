@@ -60,6 +60,9 @@ class FakeExecutor:
     def parked_bytes(self, uid: str) -> int | None:
         return self.records.get(uid)
 
+    def keep_suspended(self, uid: str) -> None:
+        self.calls.append(f"keep {uid}")
+
     def connected(self, uid: str) -> bool:
         return uid in self.connected_pods
 
@@ -129,7 +132,8 @@ def test_a_restarted_agent_reports_a_suspend_its_record_holds_and_does_not_redo_
     pods.want(1, State.SUSPENDED)  # asked, done, but the report was never written
     loop(pods, executor).pass_once()
     assert pods.observed().outcome is Outcome.SUSPENDED
-    assert executor.calls == [], "suspended once, not twice"
+    # Suspended once, not twice; where the phase gate had parked it, a suspension now.
+    assert executor.calls == [f"keep {UID}"]
 
 
 def test_a_suspend_that_fails_part_way_is_rolled_back() -> None:

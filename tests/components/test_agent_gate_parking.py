@@ -30,6 +30,7 @@ class Node:
         self.parked: dict[str, dict[int, int]] = {}
         self.moves: list[tuple[str, str, threading.Thread]] = []
         self.fail_next_park = False
+        self.suspensions: set[str] = set()  # parked pods the conductor made its own
 
     def gpus(self) -> dict[str, frozenset[int]]:
         with self.lock:
@@ -59,6 +60,10 @@ class Node:
         with self.lock:
             self.moves.append(("restore", pod, threading.current_thread()))
             self.resident[pod] = self.parked.pop(pod)
+
+    def holds(self, pod: str) -> bool:
+        with self.lock:
+            return pod in self.parked and pod not in self.suspensions
 
 
 @pytest.fixture
@@ -154,6 +159,22 @@ def test_a_gate_park_brought_back_by_someone_else_is_not_restored_again(
     gate.enter("b", "b0", Phase.IDLE, Answers())
     assert gate.enter("a", "a0", Phase.IDLE, Answers())
     assert [(k, p) for k, p, _ in node.moves] == [("park", "a"), ("restore", "a")]
+
+
+def test_a_gate_park_made_a_suspension_is_let_go_and_its_wait_answered(
+    gate: PhaseGate, node: Node
+) -> None:
+    went_b = Answers()
+    gate.enter("b", "b0", Phase.ROLLOUT, went_b)
+    assert went_b.got.wait(10)
+    went_a = Answers()
+    assert not gate.enter("a", "a0", Phase.TRAINING, went_a)
+    node.suspensions.add("a")  # the conductor wants a suspended: it stays parked as one
+    gate.poke()
+    assert went_a.got.wait(10)  # answered as any suspended pod's wait is: it goes nowhere
+    assert gate.status()["gateParked"] == [] and gate.status()["waitingS"] == {}
+    gate.enter("b", "b0", Phase.IDLE, Answers())
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "a")]  # not brought back
 
 
 def test_a_pod_parked_by_a_previous_agent_comes_back_into_what_its_record_says(
