@@ -42,13 +42,14 @@ from tests.support.agent_fakes import AgentProcess
 MAX_WAIT_S = 3.0  # short: a pod held for memory waits past it, which the test checks
 
 # A trainer: "mem N" reports N MiB on GPU 0 ("ok", or "refused: ..." where the
-# GPU has no room); "enter P" enters a phase block in a thread and prints "in
+# simulated GPU has no room for it); "enter P" enters a phase block in a thread and prints "in
 # P" once inside, calling safe_point() while it stays; "exit" leaves it
 # ("out"); "digest" prints its buffer's digest.
 TRAINER = r"""
 import hashlib, os, sys, threading, time
 import rlix
 from rlix.client import api
+from rlix.core import agent_protocol as proto
 sys.stdin.readline()  # wait until the test has put us in a pod
 device = bytearray(os.urandom(1 << 20))  # stands in for the pod's device memory
 host = None
@@ -82,12 +83,10 @@ def hold(phase):
 
 for line in sys.stdin:
     cmd, _, arg = line.strip().partition(" ")
-    if cmd == "mem":
-        try:
-            rlix.report_usage(gpu=0, memory_mib=int(arg), utilization=0.5)
-            print("ok", flush=True)
-        except Exception as exc:
-            print(f"refused: {exc}", flush=True)
+    if cmd == "mem":  # rlix.report_usage's request, answered (it does not wait)
+        usage = dict(gpu=0, memory_mib=int(arg), utilization=0.5)
+        reply = rt.link.request(proto.OP_USAGE, **usage).result(timeout=30)
+        print("ok" if reply.ok else f"refused: {reply.error_message}", flush=True)
     elif cmd == "enter":
         leave.clear()
         held = threading.Thread(target=hold, args=(arg,))

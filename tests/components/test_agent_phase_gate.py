@@ -365,6 +365,10 @@ def test_the_matrix_needs_the_gate_and_a_bad_one_is_named(
     assert "give --phase-gate too" in capsys.readouterr().err
     assert main([*base, "--phase-gate", "--phase-gate-max-wait=0"]) == 2
     assert "--phase-gate-max-wait must be > 0" in capsys.readouterr().err
+    assert main([*base, "--park-at-gate"]) == 2
+    assert "--park-at-gate parks for the phase gate's turns: give --phase-gate too" in (
+        capsys.readouterr().err
+    )
     socket_path = tmp_path / "s.sock"
     code = main([*base, f"--socket={socket_path}", "--phase-gate", f"--interference={matrix}"])
     assert code == 2
