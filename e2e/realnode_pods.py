@@ -12,12 +12,13 @@ from typing import Any
 
 import yaml
 
-from e2e.kube import wait_for
+from e2e.kube import apply, get_json, new_namespace, wait_for
 from rlix.core import names
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster
 
 CHART = Path(__file__).resolve().parent.parent / "charts" / "rlix"
+SOCKET_DIR = "/run/rlix"  # the chart's nodeAgent.socketDir
 
 
 def real_pod(node: realnode.RealNode, name: str, command: list[str]) -> dict[str, Any]:
@@ -41,6 +42,65 @@ def real_pod(node: realnode.RealNode, name: str, command: list[str]) -> dict[str
             ],
         },
     }
+
+
+def probe_pod(
+    node: realnode.RealNode,
+    name: str,
+    probe: Path,
+    *,
+    env: Mapping[str, str],
+    annotations: Mapping[str, str],
+) -> dict[str, Any]:
+    """A pod of the node image running ``probe`` (python3 and the rlix wheel),
+    the agent's socket directory mounted as the operator mounts it."""
+    pod = real_pod(node, name, ["python3", "-c", probe.read_text()])
+    pod["metadata"]["annotations"] = dict(annotations)
+    container = pod["spec"]["containers"][0]
+    env = {"RLIX_AGENT_SOCKET": f"{SOCKET_DIR}/agent.sock", **env}
+    container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    container["volumeMounts"] = [{"name": "rlix-agent", "mountPath": SOCKET_DIR, "readOnly": True}]
+    pod["spec"]["volumes"] = [{"name": "rlix-agent", "hostPath": {"path": SOCKET_DIR}}]
+    return pod
+
+
+def json_events(cluster: DevCluster, ns: str, pod: str) -> list[dict[str, Any]]:
+    """The JSON lines a probe printed (its log's other lines are left out)."""
+    log = cluster.kubectl("logs", pod, "-n", ns, check=False).stdout
+    return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+
+
+def run_until_done(
+    cluster: DevCluster, agent: tuple[str, str], pods: list[dict[str, Any]], timeout_s: float = 240
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, str]]]:
+    """Run ``pods`` in a fresh namespace until each printed its "done" event:
+    each one's events and annotations then. On a timeout, the error holds what
+    they printed and the tail of the node agent's (namespace, pod) log."""
+    ns = new_namespace(cluster)
+    names_ = [p["metadata"]["name"] for p in pods]
+    try:
+        for pod in pods:
+            apply(cluster, ns, pod)
+
+        def finished() -> bool:
+            return all(
+                any(e["event"] == "done" for e in json_events(cluster, ns, p)) for p in names_
+            )
+
+        try:
+            wait_for("the probes to finish", finished, timeout_s=timeout_s)
+        except AssertionError as exc:
+            logs = {p: json_events(cluster, ns, p) for p in names_}
+            tail = cluster.kubectl("logs", "-n", agent[0], agent[1], "--tail=40", check=False)
+            raise AssertionError(f"{exc}\n{logs}\n--- agent ---\n{tail.stdout}") from None
+        events = {p: json_events(cluster, ns, p) for p in names_}
+        notes = {
+            p: get_json(cluster, "pod", p, "-n", ns)["metadata"].get("annotations", {})
+            for p in names_
+        }
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=true", check=False)
+    return events, notes
 
 
 @contextmanager

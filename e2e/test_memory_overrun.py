@@ -16,9 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.kube import apply, events_for, get_json, wait_for
+from e2e.kwok_agent import agent_on_kwok_node
 from rlix.agent.overruns import REASON_OVERRUN, REASON_WITHIN
 from rlix.core import names
-from rlix.core.suspension import ANNOTATION_AGENT_HEARTBEAT
 from rlix.devcluster import processes
 from tests.components.pod_processes import close_process, spawn_in_pod
 from tests.support.agent_fakes import AgentProcess
@@ -41,25 +41,8 @@ for line in sys.stdin:
 
 @pytest.fixture
 def agent(cluster: Any, tmp_path: Path) -> Iterator[AgentProcess]:
-    node = get_json(cluster, "nodes", "-l", "type=kwok")["items"][0]
-    labels = node["metadata"]["labels"]
-    started = AgentProcess(
-        tmp_path / "agent",
-        node=node["metadata"]["name"],
-        kubeconfig=Path(cluster.kubeconfig),
-        sim_gpus=int(labels[names.NODE_LABEL_GPU_COUNT]),
-        sim_gpu_memory_mib=int(labels[names.NODE_LABEL_GPU_MEMORY_MIB]),
-        metrics_port=processes.free_port(),
-    ).start()
-    try:
-        yield started
-    finally:
-        started.kill()
-        # The session's other tests place on this node: no stale heartbeat.
-        cluster.kubectl(
-            "annotate", "node", started.node,
-            f"{names.ANNOTATION_NODE_GPUS}-", f"{ANNOTATION_AGENT_HEARTBEAT}-", check=False,
-        )  # fmt: skip
+    with agent_on_kwok_node(cluster, tmp_path / "agent", metrics_port=processes.free_port()) as a:
+        yield a
 
 
 def reasons(cluster: Any, namespace: str, pod: str) -> list[str]:

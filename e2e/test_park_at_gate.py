@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from e2e.kube import apply, get_json, wait_for
+from e2e.kwok_agent import agent_on_kwok_node
 from rlix.cli.main import main as rlix_main
 from rlix.core import agent_protocol as proto
 from rlix.core import names
 from rlix.core.suspension import (
-    ANNOTATION_AGENT_HEARTBEAT,
     ANNOTATION_DESIRED,
     ANNOTATION_OBSERVED,
     DesiredSuspension,
@@ -135,30 +135,14 @@ class Trainer:
 
 @pytest.fixture
 def agent(cluster: Any, tmp_path: Path) -> Iterator[AgentProcess]:
-    node = get_json(cluster, "nodes", "-l", "type=kwok")["items"][0]
-    labels = node["metadata"]["labels"]
-    started = AgentProcess(
-        tmp_path / "agent",
-        node=node["metadata"]["name"],
-        kubeconfig=Path(cluster.kubeconfig),
-        sim_gpus=int(labels[names.NODE_LABEL_GPU_COUNT]),
-        sim_gpu_memory_mib=int(labels[names.NODE_LABEL_GPU_MEMORY_MIB]),
-        extra_args=(
-            "--phase-gate",
-            "--park-at-gate",
-            f"--phase-gate-max-wait={MAX_WAIT_S}",
-            "--conduct-interval=0.3",
-        ),
-    ).start()
-    try:
-        yield started
-    finally:
-        started.kill()
-        # The session's other tests place on this node: no stale heartbeat.
-        cluster.kubectl(
-            "annotate", "node", started.node,
-            f"{names.ANNOTATION_NODE_GPUS}-", f"{ANNOTATION_AGENT_HEARTBEAT}-", check=False,
-        )  # fmt: skip
+    args = (
+        "--phase-gate",
+        "--park-at-gate",
+        f"--phase-gate-max-wait={MAX_WAIT_S}",
+        "--conduct-interval=0.3",
+    )
+    with agent_on_kwok_node(cluster, tmp_path / "agent", extra_args=args) as a:
+        yield a
 
 
 def _pod(cluster: Any, namespace: str, agent: AgentProcess, name: str, peak_mib: int) -> str:

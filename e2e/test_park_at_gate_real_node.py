@@ -18,17 +18,14 @@ Run with ``make test-node`` (marker ``realnode``; root).
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.kube import apply, wait_for
-from e2e.realnode_pods import advertised_gpus, agent_daemonset, real_pod
+from e2e.realnode_pods import advertised_gpus, agent_daemonset, probe_pod, run_until_done
 from rlix.core.names import ANNOTATION_GPU_MEMORY_MIB, ANNOTATION_SUSPENDED
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
@@ -36,7 +33,6 @@ from rlix.devcluster.cluster import DevCluster, ExistingCluster
 pytestmark = pytest.mark.realnode
 
 PROBE = Path(__file__).parent / "probes" / "parking_trainer.py"
-SOCKET_DIR = "/run/rlix"  # the chart's nodeAgent.socketDir
 MAX_WAIT_S = 120
 START_DELAY_S, WINDOW_S = 15.0, 15.0  # as e2e/test_phase_gate_real_node.py, a little longer
 GPUS, GPU_MIB = 8, 143_771  # the simulated backend's defaults (the chart changes neither)
@@ -61,63 +57,23 @@ def agent(dev: DevCluster, real_node: realnode.RealNode) -> Iterator[tuple[str, 
         yield agent
 
 
-def _trainer(node: realnode.RealNode, name: str, start_at: float) -> dict[str, Any]:
-    pod = real_pod(node, name, ["python3", "-c", PROBE.read_text()])
-    pod["metadata"]["annotations"] = {ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB)}
-    spec = pod["spec"]
+def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
+    dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str]
+) -> None:
+    start_at = time.time() + START_DELAY_S
     env = {
-        "RLIX_AGENT_SOCKET": f"{SOCKET_DIR}/agent.sock",
         "START_AT": str(start_at),
         "END_AT": str(start_at + WINDOW_S),
         "PEAK_MIB": str(PEAK_MIB),
         "WEIGHTS_MIB": str(WEIGHTS_MIB),
     }
-    spec["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    spec["containers"][0]["volumeMounts"] = [
-        {"name": "rlix-agent", "mountPath": SOCKET_DIR, "readOnly": True}
-    ]
-    spec["volumes"] = [{"name": "rlix-agent", "hostPath": {"path": SOCKET_DIR}}]
-    return pod
-
-
-def _events(cluster: DevCluster, ns: str, pod: str) -> list[dict[str, Any]]:
-    log = cluster.kubectl("logs", pod, "-n", ns, check=False).stdout
-    return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-
-
-def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
-    dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str]
-) -> None:
-    ns = f"t-{uuid.uuid4().hex[:10]}"
-    dev.kubectl("create", "namespace", ns)
-    wait_for(
-        f"the default ServiceAccount of {ns}",
-        lambda: dev.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-    )
+    declared = {ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB)}
     pods = ("park-a", "park-b")
-    start_at = time.time() + START_DELAY_S
-    try:
-        for name in pods:
-            apply(dev, ns, _trainer(real_node, name, start_at))
-
-        def finished() -> bool:
-            return all(any(e["event"] == "done" for e in _events(dev, ns, p)) for p in pods)
-
-        try:
-            wait_for("both trainers to finish their phases", finished, timeout_s=240)
-        except AssertionError as exc:
-            logs = {p: _events(dev, ns, p) for p in pods}
-            agent_log = dev.kubectl("logs", "-n", agent[0], agent[1], "--tail=40", check=False)
-            raise AssertionError(f"{exc}\n{logs}\n--- agent ---\n{agent_log.stdout}") from None
-        events = {p: _events(dev, ns, p) for p in pods}
-        notes = {
-            p: json.loads(dev.kubectl("get", "pod", p, "-n", ns, "-o", "json").stdout)[
-                "metadata"
-            ].get("annotations", {})
-            for p in pods
-        }
-    finally:
-        dev.kubectl("delete", "namespace", ns, "--wait=true", check=False)
+    events, notes = run_until_done(
+        dev,
+        agent,
+        [probe_pod(real_node, p, PROBE, env=env, annotations=declared) for p in pods],
+    )
 
     def of(pod: str, kind: str) -> list[dict[str, Any]]:
         return [e for e in events[pod] if e["event"] == kind]

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.kube import apply, wait_for
-from e2e.realnode_pods import advertised_gpus, agent_daemonset, real_pod
+from e2e.realnode_pods import advertised_gpus, agent_daemonset, probe_pod, run_until_done
 from rlix.core.names import ANNOTATION_PHASE_SECONDS
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
@@ -37,7 +35,6 @@ from rlix.devcluster.cluster import DevCluster, ExistingCluster
 pytestmark = pytest.mark.realnode
 
 PROBE = Path(__file__).parent / "probes" / "gate_trainer.py"
-SOCKET_DIR = "/run/rlix"  # the chart's nodeAgent.socketDir
 MAX_WAIT_S = 120
 # Both trainers run training phases from START_AT for WINDOW_S seconds: START_AT
 # leaves their containers time to start, and a late one still meets the other.
@@ -69,64 +66,23 @@ def agent(
         yield agent
 
 
-def _trainer(
-    node: realnode.RealNode, name: str, start_at: float, annotations: dict[str, str]
-) -> dict[str, Any]:
-    pod = real_pod(node, name, ["python3", "-c", PROBE.read_text()])
-    pod["metadata"]["annotations"] = annotations
-    spec = pod["spec"]
-    spec["containers"][0]["env"] = [
-        {"name": "RLIX_AGENT_SOCKET", "value": f"{SOCKET_DIR}/agent.sock"},
-        {"name": "START_AT", "value": str(start_at)},
-        {"name": "END_AT", "value": str(start_at + WINDOW_S)},
-    ]
-    spec["containers"][0]["volumeMounts"] = [
-        {"name": "rlix-agent", "mountPath": SOCKET_DIR, "readOnly": True}
-    ]
-    spec["volumes"] = [{"name": "rlix-agent", "hostPath": {"path": SOCKET_DIR}}]
-    return pod
-
-
-def _events(cluster: DevCluster, ns: str, pod: str) -> list[dict[str, Any]]:
-    log = cluster.kubectl("logs", pod, "-n", ns, check=False).stdout
-    return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-
-
 def _run_pair(
-    dev: DevCluster,
-    real_node: realnode.RealNode,
-    agent: tuple[str, str],
+    dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str],
     annotations: dict[str, str],
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
     """Two trainer pods with ``annotations`` through their window: each one's phases."""
-    ns = f"t-{uuid.uuid4().hex[:10]}"
-    dev.kubectl("create", "namespace", ns)
-    wait_for(
-        f"the default ServiceAccount of {ns}",
-        lambda: dev.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0,
-    )
-    pods = ("gate-a", "gate-b")
     start_at = time.time() + START_DELAY_S
-    try:
-        for name in pods:
-            apply(dev, ns, _trainer(real_node, name, start_at, annotations))
-
-        def finished() -> bool:
-            return all(any(e["event"] == "done" for e in _events(dev, ns, p)) for p in pods)
-
-        try:
-            wait_for("both trainers to finish their phases", finished, timeout_s=240)
-        except AssertionError as exc:
-            logs = {p: _events(dev, ns, p) for p in pods}
-            agent_log = dev.kubectl("logs", "-n", agent[0], agent[1], "--tail=30", check=False)
-            raise AssertionError(f"{exc}\n{logs}\n--- agent ---\n{agent_log.stdout}") from None
-        phases = {p: [e for e in _events(dev, ns, p) if e["event"] == "phase"] for p in pods}
-        ready = {p: next(e for e in _events(dev, ns, p) if e["event"] == "ready") for p in pods}
-    finally:
-        dev.kubectl("delete", "namespace", ns, "--wait=true", check=False)
+    env = {"START_AT": str(start_at), "END_AT": str(start_at + WINDOW_S)}
+    pods = [
+        probe_pod(real_node, name, PROBE, env=env, annotations=annotations)
+        for name in ("gate-a", "gate-b")
+    ]
+    events, _ = run_until_done(dev, agent, pods)
+    phases = {p: [e for e in got if e["event"] == "phase"] for p, got in events.items()}
+    ready = {p: next(e for e in got if e["event"] == "ready") for p, got in events.items()}
     # Both were told of the gate by the agent they reached through the mounted socket.
     assert all(r["gate"] == MAX_WAIT_S for r in ready.values()), ready
-    a, b = (phases[p] for p in pods)
+    a, b = phases["gate-a"], phases["gate-b"]
     assert len(a) >= 3 and len(b) >= 3, (ready, phases)
     return a, b
 
