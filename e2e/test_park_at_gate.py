@@ -15,8 +15,6 @@ on demand, so "bit for bit" is checked on both sides.
 from __future__ import annotations
 
 import json
-import queue
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from rlix.core.suspension import (
 )
 from tests.components.pod_processes import close_process, spawn_in_pod
 from tests.support.agent_fakes import AgentProcess
+from tests.support.lines import Lines
 
 MAX_WAIT_S = 3.0  # short: a pod held for memory waits past it, which the test checks
 
@@ -103,15 +102,10 @@ for line in sys.stdin:
 class Trainer:
     def __init__(self, agent: AgentProcess, uid: str) -> None:
         self.proc = spawn_in_pod(agent, TRAINER, uid=uid)
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
         assert self.next() == "ready True", agent.log_text()
         self.digest = self.ask("digest")
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.strip())
 
     def say(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -119,18 +113,14 @@ class Trainer:
         self.proc.stdin.flush()
 
     def next(self, timeout: float = 30.0) -> str:
-        return self.lines.get(timeout=timeout)
+        return self.lines.readline(timeout).strip()
 
     def ask(self, line: str) -> str:
         self.say(line)
         return self.next()
 
     def quiet_for(self, seconds: float) -> bool:
-        try:
-            line = self.lines.get(timeout=seconds)
-        except queue.Empty:
-            return True
-        raise AssertionError(f"expected no output, got {line!r}")
+        return self.lines.silent_for(seconds)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ e2e/test_park_at_gate.py runs the real agent and real trainer processes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Mapping
@@ -71,8 +72,9 @@ def node() -> Node:
     return Node()
 
 
-@pytest.fixture
-def gate(node: Node) -> Iterator[PhaseGate]:
+@contextlib.contextmanager
+def running_gate(node: Node, adopt: dict[str, dict[int, int]] | None = None) -> Iterator[PhaseGate]:
+    """A parking gate on ``node``, its loop (and so its mover) running."""
     g = PhaseGate(
         SharingRules(),
         60.0,
@@ -80,13 +82,22 @@ def gate(node: Node) -> Iterator[PhaseGate]:
         parked=node.is_parked,
         memory=node.memory,
         moves=node,
+        adopt=adopt,
     )
     stop = threading.Event()
     runner = threading.Thread(target=g.run, args=(stop,), daemon=True)
     runner.start()
-    yield g
-    stop.set()
-    runner.join(timeout=5)
+    try:
+        yield g
+    finally:
+        stop.set()
+        runner.join(timeout=5)
+
+
+@pytest.fixture
+def gate(node: Node) -> Iterator[PhaseGate]:
+    with running_gate(node) as g:
+        yield g
 
 
 class Answers:
@@ -181,25 +192,12 @@ def test_a_pod_parked_by_a_previous_agent_comes_back_into_what_its_record_says(
     node: Node,
 ) -> None:
     node.parked["a"] = node.resident.pop("a")  # parked at the gate before a restart
-    g = PhaseGate(
-        SharingRules(),
-        60.0,
-        gpus=node.gpus,
-        parked=node.is_parked,
-        memory=node.memory,
-        moves=node,
-        adopt={"a": {0: PEAK}},
-    )
-    stop = threading.Event()
-    threading.Thread(target=g.run, args=(stop,), daemon=True).start()
-    try:
+    with running_gate(node, adopt={"a": {0: PEAK}}) as g:
         go = Answers()
         assert not g.enter("a", "a0", Phase.TRAINING, go)
         assert go.got.wait(10), g.status()
         # b holds 20,000 and a's peak is 50,000: both fit, nothing else moves.
         assert [(k, p) for k, p, _ in node.moves] == [("restore", "a")]
-    finally:
-        stop.set()
 
 
 def test_parking_needs_both_what_pods_hold_and_a_way_to_move_them(node: Node) -> None:

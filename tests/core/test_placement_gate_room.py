@@ -55,6 +55,22 @@ def memory_turns(max_wait_s: float = 60.0) -> Turns[str, str]:
     return t
 
 
+def trainer_in_with_rollout_parked(t: Turns[str, str]) -> None:
+    """t goes into training at 0 s once r, idle, is parked; the caller parks r."""
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
+    t.admit(0.0)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+
+
+def rollout_back(t: Turns[str, str]) -> Admitted[str]:
+    """t idles at 1 s; r asks for rollout at 2 s: its admission (t parked, r restored)."""
+    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
+    t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
+    [back] = t.admit(2.0)
+    assert back.restore and back.park == ("t",)
+    return back
+
+
 def test_a_pair_over_the_gpu_takes_turns_with_its_memory() -> None:
     """The trainer goes into training once the idle rollout pod is parked; the
     rollout pod waits for the trainer's turn to end, then comes back and goes
@@ -75,13 +91,8 @@ def test_a_pair_over_the_gpu_takes_turns_with_its_memory() -> None:
 
 def test_a_restored_pod_counts_before_the_callers_view_shows_it_again() -> None:
     t = memory_turns()
-    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
-    t.admit(0.0)
-    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
-    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
-    t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
-    [back] = t.admit(2.0)
-    assert back.restore and back.park == ("t",)
+    trainer_in_with_rollout_parked(t)
+    rollout_back(t)
     # Before r's memory shows: t, parked in flight, still shows; r is kept.
     t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
     assert not t.enter("t", "t0", Phase.TRAINING, 3.0, "tt3")
@@ -93,9 +104,7 @@ def test_a_restored_pod_counts_before_the_callers_view_shows_it_again() -> None:
 
 def test_a_wait_past_its_bound_does_not_override_memory() -> None:
     t = memory_turns(max_wait_s=10.0)
-    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
-    t.admit(0.0)
-    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    trainer_in_with_rollout_parked(t)
     assert not t.enter("r", "r0", Phase.ROLLOUT, 1.0, "tr")
     assert t.next_deadline() == 11.0
     assert t.admit(20.0) == []  # past its bound, but t works and r does not fit
@@ -129,13 +138,8 @@ def test_moves_that_fail_put_the_pod_back_in_line_from_when_it_asked() -> None:
 
 def test_a_failed_restore_leaves_the_pod_parked_and_the_park_that_happened_stands() -> None:
     t = memory_turns()
-    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
-    t.admit(0.0)
-    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
-    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
-    t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
-    [back] = t.admit(2.0)
-    t.requeue(back, parked=("t",))
+    trainer_in_with_rollout_parked(t)
+    t.requeue(rollout_back(t), parked=("t",))
     assert t.gate_parked() == ["r", "t"] and t.waiting() == {"r": 2.0}
     t.set_memory({}, {0: H200_MIB})  # neither shows on the GPU now
     [retry] = t.admit(3.0)
@@ -204,13 +208,9 @@ def test_a_restored_pod_that_stops_and_never_shows_is_forgotten() -> None:
     # An agent runs for months: a pod brought back that ends before the
     # caller's view shows it again leaves nothing behind.
     t = memory_turns()
-    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt")
-    t.admit(0.0)
-    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
-    t.enter("t", "t0", Phase.IDLE, 1.0, "tt2")
-    t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
-    [back] = t.admit(2.0)
-    assert back.restore and t.footprint("r") == {0: ROLLOUT_7B}
+    trainer_in_with_rollout_parked(t)
+    rollout_back(t)
+    assert t.footprint("r") == {0: ROLLOUT_7B}
     t.set_memory({}, {0: H200_MIB})  # still on its way, and working: kept
     assert t.footprint("r") == {0: ROLLOUT_7B}
     t.leave("r0")
