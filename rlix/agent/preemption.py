@@ -430,6 +430,12 @@ class Preemption:
             else:
                 errors.extend(self._driver_suspend(conn))
         done, not_done = wait_futures(futures, timeout=self._timeout_s)
+        # A reply wakes this wait before its done-callback has saved the record
+        # (concurrent.futures notifies waiters first): let every record land
+        # before reading what was parked, and before answering whoever asked
+        # (the phase gate reads the record to tell its own parks from others').
+        for fut in done:
+            recorded[fut].wait(timeout=self._timeout_s)
         for fut in not_done:
             # A late reply is still recorded (as exported: the process keeps its
             # memory until a release that never comes); its descriptors are closed.
@@ -449,9 +455,7 @@ class Preemption:
                         proto.E_BAD_FIELD, f"exported its memory for a suspend to '{target}'"
                     )
                 if reply.body.get("export") is not None:
-                    # Waiters wake before done-callbacks run: let the "exported"
-                    # record land first, so the relocated one replaces it.
-                    recorded[fut].wait(timeout=10)
+                    # The "exported" record has landed (above): the relocated one replaces it.
                     self._relocate(futures[fut], reply, target)
             except proto.ProtocolError as exc:
                 errors.append(f"pid {futures[fut].pid}: {exc.message}")

@@ -1,0 +1,119 @@
+"""A suspend returns only once its record is saved (``Preemption.suspend_pod``).
+
+A park reply wakes the suspend's wait before the reply's done-callback, which
+saves the record, has run (``concurrent.futures`` notifies waiters first). A
+suspend that read the record then found none: it said nothing was parked, the
+phase gate took its own park for someone else's resume, and the record was
+saved without who asked for it (a gate park published as a suspension). CI
+caught that on the real node; here the callback is slowed down so that the
+old order loses every time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlix.agent.driver_checkpoint import NoCheckpointer
+from rlix.agent.identities import Caller, PeerCredentials, PodIdentity
+from rlix.agent.park_space import ParkSpace
+from rlix.agent.parking_state import PARKED_BY_GATE, StateStore
+from rlix.agent.preemption import Preemption
+from rlix.agent.publication import BackgroundPublisher
+from rlix.agent.publishing import RecordingPublisher
+from rlix.agent.relocation import SimulatedHbm
+from rlix.agent.simulated_gpus import SimulatedBackend
+from rlix.core import agent_protocol as proto
+from rlix.core.names import ANNOTATION_SUSPENDED
+
+UID = "aaaaaaaa-0000-4000-8000-00000000000a"
+PID = 4242
+
+
+class ParkingProcess:
+    """A connected trainer process that answers its suspend from another thread."""
+
+    hooks = ("state",)
+    greeted = True
+    asks_while_parked = True
+
+    def __init__(self) -> None:
+        self.caller = Caller(PeerCredentials(PID, 0, 0), PodIdentity(UID, "team-a", "trainer-0"))
+        self.asked = threading.Event()
+        self.future: Future[proto.Reply] = Future()
+
+    @property
+    def pid(self) -> int:
+        return PID
+
+    def request(self, op: str, **args: Any) -> Future[proto.Reply]:
+        assert op == proto.OP_SUSPEND
+        self.asked.set()
+        return self.future
+
+    def reply(self) -> None:
+        manifest = {
+            "where": "self",
+            "entries": [{"name": "state/x", "nbytes": 4096, "checksum": "c"}],
+        }
+        self.future.set_result(proto.Reply(re=1, ok=True, body={"manifest": manifest}))
+
+
+PUBLISHED = RecordingPublisher()
+
+
+@pytest.fixture
+def preemption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Preemption]:
+    backend = SimulatedBackend(gpu_count=1, memory_mib=81920)
+    publisher = BackgroundPublisher(PUBLISHED)
+    p = Preemption(
+        store=StateStore(tmp_path / "state"),
+        backend=backend,
+        checkpointer=NoCheckpointer("simulated"),
+        publisher=publisher,
+        now=lambda: datetime.now(UTC),
+        timeout_s=10.0,
+        parks=ParkSpace(tmp_path / "parks"),
+        relocator=SimulatedHbm(backend),
+    )
+    record = p._record
+
+    def slow_record(*args: Any) -> None:
+        time.sleep(0.3)  # the reply's callback, late behind the woken wait
+        record(*args)
+
+    monkeypatch.setattr(p, "_record", slow_record)
+    yield p
+    assert publisher.flush(timeout=5)
+    publisher.stop()
+
+
+def test_a_suspend_returns_what_was_parked_and_the_record_says_who_asked(
+    preemption: Preemption,
+) -> None:
+    process = ParkingProcess()
+    preemption.attach(process)  # type: ignore[arg-type]
+    answer: dict[str, Any] = {}
+
+    def suspend() -> None:
+        answer.update(preemption.suspend_pod(UID, by=PARKED_BY_GATE, held_mib={0: 50_000}))
+
+    thread = threading.Thread(target=suspend)
+    thread.start()
+    assert process.asked.wait(10)
+    process.reply()
+    thread.join(10)
+    assert answer == {"pod_uid": UID, "parked": {str(PID): "self"}}
+    rec = preemption.suspended[UID]
+    assert rec.by == PARKED_BY_GATE and rec.held_mib == {0: 50_000}
+    assert preemption.parked_by_gate(UID)
+    # A turn at the gate, not a suspension: nothing is published as suspended.
+    assert preemption._publisher.flush(timeout=5)
+    assert all(ANNOTATION_SUSPENDED not in p.annotations for p in PUBLISHED.patches)
