@@ -11,15 +11,12 @@ line with the room its restore needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
+from rlix.agent.declared import Declared
 from rlix.agent.overruns import budget_mib
 from rlix.agent.parking_state import PARKED_BY_GATE
 from rlix.agent.preemption import Preemption
-
-if TYPE_CHECKING:
-    from rlix.agent.conducting import NodePod
 
 
 class GateParking:
@@ -46,17 +43,13 @@ class GateParking:
         }
 
 
-class DeclaredPeaks:
+class DeclaredPeaks(Declared[int]):
     """Pod uid -> the per-GPU MiB it declares at its peak (``rlix.io/gpu-memory-mib``,
     its claim's), from the node's pods as the conducting loop last listed them:
     a pod going in may grow to it, so the gate makes room for that, not for
     what it holds now. Without an API server no pod declares any."""
 
     def __init__(self) -> None:
-        self._listing: Callable[[], Sequence[NodePod]] = tuple
-
-    def follow(self, listing: Callable[[], Sequence[NodePod]]) -> None:
-        self._listing = listing
-
-    def __call__(self) -> dict[str, int]:
-        return {pod.uid: peak for pod in self._listing() if (peak := budget_mib(pod))}
+        # The peak is read with the pod's other declarations (one malformed
+        # annotation makes it unreadable), so all its annotations are the key.
+        super().__init__(lambda pod: frozenset(pod.annotations.items()), budget_mib)

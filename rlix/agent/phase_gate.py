@@ -94,7 +94,9 @@ class PhaseGate:
         cycle it declares (a pod not named declares none); ``on_wait``: told of every
         answered wait (seconds, went in at the bound), for the metrics;
         ``memory`` and ``moves`` (both or neither): park partners that do not
-        work where a pod's memory does not fit (module docstring); ``adopt``:
+        work where a pod's memory does not fit (module docstring; its reading of
+        what each pod holds also says which GPUs it holds, so ``gpus`` is then
+        not read); ``adopt``:
         pods a previous agent's gate parked (uid -> what they held), brought
         back at their turn."""
         if (memory is None) != (moves is None):
@@ -230,12 +232,14 @@ class PhaseGate:
 
     # -- internals (under the lock) -----------------------------------------------
     def _refresh(self) -> list[Admitted[Go]]:
-        try:
-            self._turns.set_gpus(self._gpus())
-        except Exception:  # a failed reading keeps the last one; the next event retries
-            log.exception("phase gate: reading which GPUs each pod holds failed")
+        if self._memory is not None:
+            self._read_memory(with_gpus=True)  # one reading of the GPUs gives both
+        else:
+            try:
+                self._turns.set_gpus(self._gpus())
+            except Exception:  # a failed reading keeps the last one; the next event retries
+                log.exception("phase gate: reading which GPUs each pod holds failed")
         self._read_cycles()
-        self._read_memory()
         now, out = self._clock(), []
         # The gate's own parks stay in line (their waiters wait for a turn and
         # a restore); one that is not in flight and no longer the gate's was
@@ -253,11 +257,16 @@ class PhaseGate:
                 self._turns.restore_pod(pod)
         return out
 
-    def _read_memory(self) -> None:
+    def _read_memory(self, *, with_gpus: bool = False) -> None:
+        """What pods hold, for the room test; ``with_gpus``: and which GPUs each
+        holds, from the same reading (the GPUs a pod holds memory on)."""
         if self._memory is None:
             return
         try:
-            self._turns.set_memory(*self._memory())
+            held, capacity, peaks, movable = self._memory()
+            if with_gpus:
+                self._turns.set_gpus({pod: frozenset(on) for pod, on in held.items()})
+            self._turns.set_memory(held, capacity, peaks, movable)
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading what pods hold on the GPUs failed")
 

@@ -32,15 +32,18 @@ class Node:
         self.moves: list[tuple[str, str, threading.Thread]] = []
         self.fail_next_park = False
         self.suspensions: set[str] = set()  # parked pods the conductor made its own
+        self.reads = {"gpus": 0, "memory": 0}
 
     def gpus(self) -> dict[str, frozenset[int]]:
         with self.lock:
+            self.reads["gpus"] += 1
             return {pod: frozenset(held) for pod, held in self.resident.items()}
 
     def memory(
         self,
     ) -> tuple[dict[str, dict[int, int]], dict[int, int], dict[str, int], set[str]]:
         with self.lock:
+            self.reads["memory"] += 1
             held = {pod: dict(h) for pod, h in self.resident.items()}
         return held, {0: GPU_MIB}, {"a": PEAK, "b": PEAK}, {"a", "b"}
 
@@ -123,6 +126,19 @@ def test_the_idle_partner_is_parked_on_the_gates_thread_before_the_answer(
     status = gate.status()
     assert status["gateParked"] == ["a"] and status["working"] == {"b": ["memory"]}
     assert status["parksAtGate"] and status["peaksMiB"] == {"a": PEAK, "b": PEAK}
+
+
+def test_one_reading_of_the_gpus_per_event_says_what_pods_hold_and_where(
+    gate: PhaseGate, node: Node
+) -> None:
+    # Each reading lists the GPUs' processes (NVML) and resolves each pid's
+    # pod: a parking gate reads it once per event, not once for the GPUs a
+    # pod holds and again for the memory there.
+    before = dict(node.reads)
+    assert gate.enter("a", "a0", Phase.TRAINING, Answers())  # a alone works: nothing moves
+    assert node.reads["memory"] - before["memory"] == 1
+    assert node.reads["gpus"] == before["gpus"]
+    assert gate.status()["working"] == {"a": ["compute"]}
 
 
 def test_the_parked_pod_stays_in_line_and_comes_back_at_its_turn(
