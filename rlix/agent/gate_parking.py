@@ -5,8 +5,9 @@ A gate park is recorded like any suspension (bit-exact copies, a record that
 survives an agent restart) but marked ``by`` the gate, with what the pod held
 per GPU: it is a turn, not a suspension, so it is not published as
 ``rlix.io/suspended`` (a conductor would resume it into the memory its
-working partner holds), and a restarted agent's gate adopts it back into the
-line with the room its restore needs.
+working partner holds), and the gate takes any record that says so (made
+before an agent restart, or by a reply that came after the park gave up)
+back into its line, with the room its restore needs.
 """
 
 from __future__ import annotations
@@ -31,16 +32,8 @@ class GateParking:
     def restore(self, pod: str) -> None:
         self._preemption.resume_pod(pod)
 
-    def holds(self, pod: str) -> bool:
-        return self._preemption.parked_by_gate(pod)
-
-    def adopted(self) -> dict[str, dict[int, int]]:
-        """Pods the gate had parked before this agent started: uid -> what they held."""
-        return {
-            uid: dict(rec.held_mib)
-            for uid, rec in dict(self._preemption.suspended).items()
-            if rec.by == PARKED_BY_GATE
-        }
+    def parked(self) -> dict[str, dict[int, int]]:
+        return self._preemption.parked_by_gate()
 
 
 class DeclaredPeaks(Declared[int]):

@@ -474,7 +474,6 @@ def _phase_gate(
         on_wait=waited,
         memory=memory if parking is not None else None,
         moves=parking,
-        adopt=parking.adopted() if parking is not None else None,
     )
 
 

@@ -68,9 +68,10 @@ class Moves(Protocol):
 
     def restore(self, pod: str) -> None: ...
 
-    def holds(self, pod: str) -> bool:
-        """Whether ``pod``'s memory is parked for the gate now: False once it
-        was brought back some other way, or made a suspension (the conductor)."""
+    def parked(self) -> Mapping[str, Footprint]:
+        """The pods whose memory is parked for the gate now (the records say
+        so), with what each held: one brought back some other way, or made a
+        suspension (the conductor), is not named."""
         ...
 
 
@@ -87,7 +88,6 @@ class PhaseGate:
         on_wait: Callable[[float, bool], None] | None = None,
         memory: Memory | None = None,
         moves: Moves | None = None,
-        adopt: Mapping[str, Footprint] | None = None,
     ) -> None:
         """``gpus``: pod uid -> the GPUs its processes hold now; ``parked``:
         whether a pod's memory is off its GPUs; ``cycles``: pod uid -> the
@@ -96,14 +96,12 @@ class PhaseGate:
         ``memory`` and ``moves`` (both or neither): park partners that do not
         work where a pod's memory does not fit (module docstring; its reading of
         what each pod holds also says which GPUs it holds, so ``gpus`` is then
-        not read); ``adopt``:
-        pods a previous agent's gate parked (uid -> what they held), brought
-        back at their turn."""
+        not read). Pods the records say the gate parked and it does not know
+        of (parked before the agent restarted, or by a reply that came after
+        its park gave up) join its parks, brought back at their turn."""
         if (memory is None) != (moves is None):
             raise ValueError("parking at the gate needs both memory and moves")
         self._turns: Turns[object, Go] = Turns(rules, max_wait_s)
-        for pod, held in (adopt or {}).items():
-            self._turns.adopt(pod, held)
         self._memory = memory
         self._moves = moves
         self.parks = moves is not None
@@ -163,6 +161,7 @@ class PhaseGate:
         with self._lock:
             self._read_cycles()  # what it would decide with now, even before any report
             self._read_memory()
+            self._read_parks()
             now = self._clock()
             return {
                 "maxWaitS": self.max_wait_s,
@@ -240,14 +239,8 @@ class PhaseGate:
             except Exception:  # a failed reading keeps the last one; the next event retries
                 log.exception("phase gate: reading which GPUs each pod holds failed")
         self._read_cycles()
+        self._read_parks()
         now, out = self._clock(), []
-        # The gate's own parks stay in line (their waiters wait for a turn and
-        # a restore); one that is not in flight and no longer the gate's was
-        # brought back by someone else (``rlix agent resume``), made a
-        # suspension (the conductor), or its pod is gone.
-        for pod in self._turns.gate_parked():
-            if pod not in self._moving and not (self._moves and self._moves.holds(pod)):
-                self._turns.release(pod)
         mine = set(self._turns.gate_parked()) | set(self._moving)
         for pod in self._turns.pods():
             if pod not in mine and self._parked(pod):
@@ -269,6 +262,27 @@ class PhaseGate:
             self._turns.set_memory(held, capacity, peaks, movable)
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading what pods hold on the GPUs failed")
+
+    def _read_parks(self) -> None:
+        """The gate's own parks stay in line (their waiters wait for a turn and
+        a restore). One that is not in flight and no longer the gate's was
+        brought back by someone else (``rlix agent resume``), made a
+        suspension (the conductor), or its pod is gone; one the gate does not
+        know of joins them."""
+        if self._moves is None:
+            return
+        try:
+            records = self._moves.parked()
+        except Exception:  # a failed reading keeps the last one; the next event retries
+            log.exception("phase gate: reading which pods it parked failed")
+            return
+        known = set(self._turns.gate_parked())
+        for pod in known - records.keys():
+            if pod not in self._moving:
+                self._turns.release(pod)
+        for pod in records.keys() - known:
+            if pod not in self._moving:
+                self._turns.adopt(pod, records[pod])
 
     def _read_cycles(self) -> None:
         try:

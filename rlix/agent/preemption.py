@@ -21,7 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlix.agent.connections import Connection, ConnectionClosedError
 from rlix.agent.driver_checkpoint import Checkpointer, CheckpointUnsupportedError
@@ -46,6 +46,14 @@ log = logging.getLogger(__name__)
 
 def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class _Asked(NamedTuple):
+    """Who asked for a suspend, and what the pod held per GPU then: what its
+    record keeps (``SuspendedPod.by``, ``held_mib``), whenever the reply lands."""
+
+    by: str
+    held_mib: dict[int, int]
 
 
 class Preemption:
@@ -81,7 +89,6 @@ class Preemption:
         self._relocating: set[tuple[str, int]] = set()
         self._suspending: set[str] = set()  # pod uids with a suspend in flight
         # Who asked, and what the pod held per GPU, per suspend in flight.
-        self._suspend_by: dict[str, tuple[str, dict[int, int]]] = {}
         # (pod uid, pid) of processes that reconnected parked without a record and
         # are being resumed (see on_hello): a suspend of the pod waits for them.
         self._waking: set[tuple[str, int]] = set()
@@ -340,11 +347,15 @@ class Preemption:
                 and all(c.greeted and c.hooks and c.asks_while_parked for c in conns.values())
             }
 
-    def parked_by_gate(self, uid: str) -> bool:
-        """Whether the phase gate parked this pod for a turn (its record says so)."""
+    def parked_by_gate(self) -> dict[str, dict[int, int]]:
+        """Pods the phase gate parked for a turn (their records say so): uid ->
+        what each held per GPU."""
         with self._lock:
-            rec = self.suspended.get(uid)
-            return rec is not None and rec.by == PARKED_BY_GATE
+            return {
+                uid: dict(rec.held_mib)
+                for uid, rec in self.suspended.items()
+                if rec.by == PARKED_BY_GATE
+            }
 
     def keep_suspended(self, uid: str) -> None:
         """A suspension is wanted of a pod that is parked already: where the phase
@@ -377,18 +388,17 @@ class Preemption:
         held_mib: Mapping[int, int] | None = None,
     ) -> dict[str, Any]:
         """Park the pod's memory; ``by`` and ``held_mib``: who parks it and what
-        it held per GPU, kept in its record (``SuspendedPod``)."""
+        it held per GPU, kept in its record (``SuspendedPod``), also where a
+        reply comes after this call gave up on it."""
         with self._lock:
             self._suspending.add(uid)
-            self._suspend_by[uid] = (by, dict(held_mib or {}))
         try:
-            return self._suspend_pod(uid, target)
+            return self._suspend_pod(uid, target, _Asked(by, dict(held_mib or {})))
         finally:
             with self._lock:
                 self._suspending.discard(uid)
-                self._suspend_by.pop(uid, None)
 
-    def _suspend_pod(self, uid: str, target: Location) -> dict[str, Any]:
+    def _suspend_pod(self, uid: str, target: Location, asked: _Asked) -> dict[str, Any]:
         if target.gpu is not None:
             count = len(self._backend.gpus())
             if target.gpu >= count:
@@ -424,11 +434,11 @@ class Preemption:
                 fut = conn.request(proto.OP_SUSPEND, target=str(target))
                 recorded[fut] = threading.Event()
                 fut.add_done_callback(
-                    functools.partial(self._on_parked, conn, target, recorded[fut])
+                    functools.partial(self._on_parked, conn, target, asked, recorded[fut])
                 )
                 futures[fut] = conn
             else:
-                errors.extend(self._driver_suspend(conn))
+                errors.extend(self._driver_suspend(conn, asked))
         done, not_done = wait_futures(futures, timeout=self._timeout_s)
         # A reply wakes this wait before its done-callback has saved the record
         # (concurrent.futures notifies waiters first): let every record land
@@ -456,7 +466,7 @@ class Preemption:
                     )
                 if reply.body.get("export") is not None:
                     # The "exported" record has landed (above): the relocated one replaces it.
-                    self._relocate(futures[fut], reply, target)
+                    self._relocate(futures[fut], reply, target, asked)
             except proto.ProtocolError as exc:
                 errors.append(f"pid {futures[fut].pid}: {exc.message}")
             finally:
@@ -468,18 +478,22 @@ class Preemption:
             raise proto.ProtocolError(proto.E_FAILED, "; ".join(errors))
         return {"pod_uid": uid, "parked": parked}
 
-    def _relocate(self, conn: Connection, reply: proto.Reply, target: Location) -> None:
+    def _relocate(
+        self, conn: Connection, reply: proto.Reply, target: Location, asked: _Asked
+    ) -> None:
         pod = conn.caller.pod
         assert pod is not None
         with self._lock:
             self._relocating.add((pod.uid, conn.pid))
         try:
-            self._relocate_copy(conn, reply, target)
+            self._relocate_copy(conn, reply, target, asked)
         finally:
             with self._lock:
                 self._relocating.discard((pod.uid, conn.pid))
 
-    def _relocate_copy(self, conn: Connection, reply: proto.Reply, target: Location) -> None:
+    def _relocate_copy(
+        self, conn: Connection, reply: proto.Reply, target: Location, asked: _Asked
+    ) -> None:
         """Copy a process's export to the target, check it, then let it free its memory.
 
         Until ``release`` is answered the process still holds its memory, so a
@@ -528,7 +542,7 @@ class Preemption:
             raise proto.ProtocolError(
                 proto.E_FAILED, f"relocation to {target} failed, resumed in place: {exc}"
             ) from None
-        self._record(conn, manifest.moved_to(target))
+        self._record(conn, manifest.moved_to(target), asked)
         release = conn.request(proto.OP_RELEASE)
         try:
             answer = release.result(timeout=self._timeout_s)
@@ -552,7 +566,7 @@ class Preemption:
         except Exception as exc:
             log.error("pid %d: resume after a failed relocation: %s", conn.pid, exc)
 
-    def _driver_suspend(self, conn: Connection) -> list[str]:
+    def _driver_suspend(self, conn: Connection, asked: _Asked) -> list[str]:
         try:
             self._checkpointer.suspend(conn.pid)
         except CheckpointUnsupportedError as exc:
@@ -562,13 +576,14 @@ class Preemption:
             ]
         except Exception as exc:
             return [f"pid {conn.pid}: driver checkpoint failed: {exc}"]
-        self._record(conn, Manifest(where=Location(Place.DRIVER), entries=()))
+        self._record(conn, Manifest(where=Location(Place.DRIVER), entries=()), asked)
         return []
 
     def _on_parked(
         self,
         conn: Connection,
         target: Location,
+        asked: _Asked,
         recorded: threading.Event,
         fut: Future[proto.Reply],
     ) -> None:
@@ -596,19 +611,25 @@ class Preemption:
                 log.error("pid %d sent a bad park manifest (%s): resuming it", conn.pid, exc)
                 conn.request(proto.OP_RESUME, manifest=raw).add_done_callback(_close_reply_fds)
                 return
-            self._record(conn, manifest)
+            self._record(conn, manifest, asked)
         finally:
             recorded.set()
 
-    def _record(self, conn: Connection, manifest: Manifest) -> None:
+    def _record(self, conn: Connection, manifest: Manifest, asked: _Asked) -> None:
         pod = conn.caller.pod
         assert pod is not None
         with self._lock:
             rec = self.suspended.get(pod.uid)
             if rec is None:
                 since = rfc3339(self._now())
-                by, held = self._suspend_by.get(pod.uid, ("", {}))
-                rec = SuspendedPod(pod.uid, pod.namespace, pod.name, since, by=by, held_mib=held)
+                rec = SuspendedPod(
+                    pod.uid,
+                    pod.namespace,
+                    pod.name,
+                    since,
+                    by=asked.by,
+                    held_mib=dict(asked.held_mib),
+                )
                 self.suspended[pod.uid] = rec
             rec.processes[conn.pid] = manifest
             self._store.save(rec)

@@ -28,9 +28,10 @@ class Node:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.resident = {"a": {0: PEAK}, "b": {0: 20_000}}
-        self.parked: dict[str, dict[int, int]] = {}
+        self.away: dict[str, dict[int, int]] = {}  # parked: what each held
         self.moves: list[tuple[str, str, threading.Thread]] = []
         self.fail_next_park = False
+        self.next_park_lands_late = False  # it fails, but the memory leaves all the same
         self.suspensions: set[str] = set()  # parked pods the conductor made its own
         self.reads = {"gpus": 0, "memory": 0}
 
@@ -49,7 +50,7 @@ class Node:
 
     def is_parked(self, pod: str) -> bool:
         with self.lock:
-            return pod in self.parked
+            return pod in self.away
 
     def park(self, pod: str, held: Mapping[int, int]) -> None:
         with self.lock:
@@ -57,17 +58,21 @@ class Node:
             if self.fail_next_park:
                 self.fail_next_park = False
                 raise RuntimeError(f"pod {pod}: no park reply within 30s")
+            if self.next_park_lands_late:
+                self.next_park_lands_late = False
+                self.away[pod] = self.resident.pop(pod)  # recorded as the gate's
+                raise RuntimeError(f"pod {pod}: no park reply within 30s")
             assert dict(held) == self.resident[pod], "the gate passes what the pod holds"
-            self.parked[pod] = self.resident.pop(pod)
+            self.away[pod] = self.resident.pop(pod)
 
     def restore(self, pod: str) -> None:
         with self.lock:
             self.moves.append(("restore", pod, threading.current_thread()))
-            self.resident[pod] = self.parked.pop(pod)
+            self.resident[pod] = self.away.pop(pod)
 
-    def holds(self, pod: str) -> bool:
+    def parked(self) -> dict[str, dict[int, int]]:
         with self.lock:
-            return pod in self.parked and pod not in self.suspensions
+            return {p: dict(h) for p, h in self.away.items() if p not in self.suspensions}
 
 
 @pytest.fixture
@@ -76,7 +81,7 @@ def node() -> Node:
 
 
 @contextlib.contextmanager
-def running_gate(node: Node, adopt: dict[str, dict[int, int]] | None = None) -> Iterator[PhaseGate]:
+def running_gate(node: Node) -> Iterator[PhaseGate]:
     """A parking gate on ``node``, its loop (and so its mover) running."""
     g = PhaseGate(
         SharingRules(),
@@ -85,7 +90,6 @@ def running_gate(node: Node, adopt: dict[str, dict[int, int]] | None = None) -> 
         parked=node.is_parked,
         memory=node.memory,
         moves=node,
-        adopt=adopt,
     )
     stop = threading.Event()
     runner = threading.Thread(target=g.run, args=(stop,), daemon=True)
@@ -174,6 +178,25 @@ def test_a_park_that_fails_puts_the_waiter_back_in_line_and_is_tried_again(
     assert "making room for pod b failed (parked [] of ['a']); it waits again" in caplog.text
 
 
+def test_a_park_that_lands_after_its_move_gave_up_is_the_gates_to_bring_back(
+    gate: PhaseGate, node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    node.next_park_lands_late = True
+    went_b = Answers()
+    with caplog.at_level(logging.ERROR, logger="rlix.agent.phase_gate"):
+        gate.enter("b", "b0", Phase.ROLLOUT, went_b)
+        assert went_b.got.wait(10), gate.status()
+    assert "making room for pod b failed" in caplog.text
+    # a's record says the gate parked it: it is in the gate's line, not parked
+    # for good, and b went in without parking it again.
+    assert gate.status()["gateParked"] == ["a"]
+    gate.enter("b", "b0", Phase.IDLE, Answers())
+    went_a = Answers()
+    gate.enter("a", "a0", Phase.TRAINING, went_a)
+    assert went_a.got.wait(10), gate.status()
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "a"), ("restore", "a")]
+
+
 def test_a_gate_park_brought_back_by_someone_else_is_not_restored_again(
     gate: PhaseGate, node: Node
 ) -> None:
@@ -207,8 +230,8 @@ def test_a_gate_park_made_a_suspension_is_let_go_and_its_wait_answered(
 def test_a_pod_parked_by_a_previous_agent_comes_back_into_what_its_record_says(
     node: Node,
 ) -> None:
-    node.parked["a"] = node.resident.pop("a")  # parked at the gate before a restart
-    with running_gate(node, adopt={"a": {0: PEAK}}) as g:
+    node.away["a"] = node.resident.pop("a")  # parked at the gate before a restart
+    with running_gate(node) as g:
         go = Answers()
         assert not g.enter("a", "a0", Phase.TRAINING, go)
         assert go.got.wait(10), g.status()

@@ -70,7 +70,9 @@ PUBLISHED = RecordingPublisher()
 
 
 @pytest.fixture
-def preemption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Preemption]:
+def preemption(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Preemption]:
     backend = SimulatedBackend(gpu_count=1, memory_mib=81920)
     publisher = BackgroundPublisher(PUBLISHED)
     p = Preemption(
@@ -79,7 +81,7 @@ def preemption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pree
         checkpointer=NoCheckpointer("simulated"),
         publisher=publisher,
         now=lambda: datetime.now(UTC),
-        timeout_s=10.0,
+        timeout_s=getattr(request, "param", 10.0),  # how long a suspend waits for replies
         parks=ParkSpace(tmp_path / "parks"),
         relocator=SimulatedHbm(backend),
     )
@@ -113,7 +115,27 @@ def test_a_suspend_returns_what_was_parked_and_the_record_says_who_asked(
     assert answer == {"pod_uid": UID, "parked": {str(PID): "self"}}
     rec = preemption.suspended[UID]
     assert rec.by == PARKED_BY_GATE and rec.held_mib == {0: 50_000}
-    assert preemption.parked_by_gate(UID)
+    assert preemption.parked_by_gate() == {UID: {0: 50_000}}
     # A turn at the gate, not a suspension: nothing is published as suspended.
+    assert preemption._publisher.flush(timeout=5)
+    assert all(ANNOTATION_SUSPENDED not in p.annotations for p in PUBLISHED.patches)
+
+
+@pytest.mark.parametrize("preemption", [0.2], indirect=True)
+def test_a_reply_after_the_suspend_gave_up_is_recorded_for_whoever_asked(
+    preemption: Preemption,
+) -> None:
+    process = ParkingProcess()
+    preemption.attach(process)  # type: ignore[arg-type]
+    with pytest.raises(proto.ProtocolError, match=r"no park reply within 0\.2s"):
+        preemption.suspend_pod(UID, by=PARKED_BY_GATE, held_mib={0: 50_000})
+    process.reply()  # it parks at its next phase boundary, after the call gave up
+    deadline = time.monotonic() + 10
+    while UID not in preemption.suspended and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rec = preemption.suspended[UID]
+    # Still the gate's turn (it takes the record back into its line), not a
+    # suspension nobody wants that a conductor would resume into its partner's memory.
+    assert rec.by == PARKED_BY_GATE and rec.held_mib == {0: 50_000}
     assert preemption._publisher.flush(timeout=5)
     assert all(ANNOTATION_SUSPENDED not in p.annotations for p in PUBLISHED.patches)
