@@ -72,16 +72,24 @@ class Admitted(Generic[T]):
     expired: bool  # went in because its wait reached max_wait_s, not because it gains
     park: tuple[str, ...] = ()
     restore: bool = False
-    # Who was admitted, for ``requeue`` (not part of what the caller compares).
-    pod: str = field(default="", compare=False, repr=False)
-    process: Any = field(default=None, compare=False, repr=False)
-    busy: Busy | None = field(default=None, compare=False, repr=False)
-    since: float = field(default=0.0, compare=False, repr=False)
+    # The wait it ends, for ``requeue`` (not part of what the caller compares).
+    waiter: _Waiter[T] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def pod(self) -> str:
+        """The pod admitted (the one to restore)."""
+        return self.waiter.pod if self.waiter is not None else ""
+
+    @property
+    def since(self) -> float:
+        """When its wait began."""
+        return self.waiter.since if self.waiter is not None else 0.0
 
 
 @dataclass(slots=True)
 class _Waiter(Generic[T]):
     pod: str
+    process: Any
     busy: Busy
     since: float
     ticket: T
@@ -207,7 +215,7 @@ class Turns(Generic[P, T]):
         if self._works(pod) or self._goes_without_moves(pod, busy):
             self._pods.setdefault(pod, _Pod()).working[process] = busy
             return True
-        self._waiting[process] = _Waiter(pod, busy, now, ticket)
+        self._waiting[process] = _Waiter(pod, process, busy, now, ticket)
         return False
 
     def returned(self, pod: str, process: P, phase: Phase, now: float, *, adopt: bool) -> bool:
@@ -293,10 +301,7 @@ class Turns(Generic[P, T]):
                     expired=not goes,
                     park=room.park,
                     restore=restore,
-                    pod=waiter.pod,
-                    process=process,
-                    busy=waiter.busy,
-                    since=waiter.since,
+                    waiter=waiter,
                 )
             )
         return out
@@ -306,20 +311,20 @@ class Turns(Generic[P, T]):
         only ``parked`` left the GPUs, and its own pod, if it was to come back,
         did not. It waits again, from when it first asked, and the gate counts
         memory where it is."""
+        waiter = admitted.waiter
+        assert waiter is not None, "only an admission made by admit() can be requeued"
         self._gate_parked.difference_update(set(admitted.park) - set(parked))
         if admitted.restore:
-            self._arriving.discard(admitted.pod)
-            self._gate_parked.add(admitted.pod)
-        state = self._pods.get(admitted.pod)
+            self._arriving.discard(waiter.pod)
+            self._gate_parked.add(waiter.pod)
+        state = self._pods.get(waiter.pod)
         if state is not None:
-            state.working.pop(admitted.process, None)
+            state.working.pop(waiter.process, None)
             if not state.working:
-                del self._pods[admitted.pod]
-        assert admitted.busy is not None, "only an admission made by admit() can be requeued"
-        self._pod_of[admitted.process] = admitted.pod
-        self._waiting[admitted.process] = _Waiter(
-            admitted.pod, admitted.busy, admitted.since, admitted.ticket
-        )
+                del self._pods[waiter.pod]
+        waiter.held_by_memory = False
+        self._pod_of[waiter.process] = waiter.pod
+        self._waiting[waiter.process] = waiter
 
     def pods(self) -> list[str]:
         """Every pod that works or waits."""
