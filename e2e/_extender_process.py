@@ -27,9 +27,17 @@ ROOT = Path(__file__).resolve().parent.parent
 class ExtenderProcess:
     """``python -m rlix.extender --port PORT --kubeconfig KUBECONFIG``, started on demand."""
 
-    def __init__(self, port: int, kubeconfig: str | Path, *, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        kubeconfig: str | Path,
+        *,
+        log: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self.port = port
         self.kubeconfig = str(kubeconfig)
+        self.extra_args = extra_args
         if log is None:
             fd, name = tempfile.mkstemp(prefix="rlix-extender-", suffix=".log")
             os.close(fd)
@@ -51,6 +59,7 @@ class ExtenderProcess:
             "--port", str(self.port),
             "--kubeconfig", self.kubeconfig,
             "--log-level", "warning",
+            *self.extra_args,
         ]  # fmt: skip
         self.component = Component("extender", cmd, self.log, cwd=ROOT, grace_s=15)
         self.component.start()

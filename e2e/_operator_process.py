@@ -120,9 +120,14 @@ MATRIX = Path(__file__).resolve().parent.parent / "bench" / "results" / "gpu_int
 
 
 def operator_with_extender(
-    cluster: Any, workdir: Path, *, extra_args: tuple[str, ...] = ()
+    cluster: Any,
+    workdir: Path,
+    *,
+    extra_args: tuple[str, ...] = (),
+    extender_args: tuple[str, ...] = (),
 ) -> Iterator[OperatorProcess]:
-    """Body of a module-scoped fixture: operator + the real extender so pods bind."""
+    """Body of a module-scoped fixture: operator + the real extender so pods bind
+    (``extra_args`` the operator's, ``extender_args`` the extender's)."""
     import pytest
 
     from e2e._extender_process import ExtenderProcess
@@ -130,7 +135,9 @@ def operator_with_extender(
     port = int(getattr(cluster, "extender_port", 0))
     if not port:
         pytest.skip("needs the session's local control plane (extender port on 127.0.0.1)")
-    extender = ExtenderProcess(port, cluster.kubeconfig, log=workdir / "extender.log")
+    extender = ExtenderProcess(
+        port, cluster.kubeconfig, log=workdir / "extender.log", extra_args=extender_args
+    )
     extender.start()
     try:
         with running_operator(cluster, workdir, extra_args=extra_args) as operator:

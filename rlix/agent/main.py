@@ -281,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         "with --phase-gate, the gate decides with it (default: the H200 matrix the "
         "simulator ships, measured with time-slicing)",
+        park_at_gate=False,
     )
     p.add_argument(
         "--phase-gate-max-wait",
@@ -299,8 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         "two pods that take turns need the larger of their peaks, not both. A gate park "
         "is a turn, not a suspension: it is not published as rlix.io/suspended and "
         "`rlix agent status` shows it 'parked at the phase gate'. Experimental: the "
-        "placement does not yet put pairs on a GPU that only fit this way "
-        "(docs/node-agent.md, 'Parking at the gate')",
+        "extender and the operator put pairs on a GPU that only fit this way when given "
+        "--park-at-gate too (docs/node-agent.md, 'Parking at the gate')",
     )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
@@ -435,7 +436,11 @@ def _phase_gate(
     ``cycles`` and ``peaks`` read what pods declare once the conducting loop lists them."""
     if not args.phase_gate:
         return None
-    rules = rules_file.rules_from(args.interference, args.interference_mode, default=SharingRules())
+    rules = rules_file.rules_from(
+        args.interference,
+        args.interference_mode,
+        default=SharingRules(parks_at_gate=args.park_at_gate),
+    )
 
     def pod_memory() -> dict[str, dict[int, int]]:
         held: dict[str, dict[int, int]] = {}

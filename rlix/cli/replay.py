@@ -10,6 +10,7 @@ feasible nodes ranked with the four terms their score came from.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import urllib.request
@@ -231,12 +232,14 @@ def run(args: argparse.Namespace) -> int:
         pod = load_pod(inputs[-1])
         doc, bound_to = without_pod(doc, pod)
         rules = None
-        if args.interference is not None:
+        if args.interference is not None or args.park_at_gate:
             said = doc.get("sharingRules") if isinstance(doc, Mapping) else None
             default = DEFAULT_RULES if said is None else rules_from_doc(said)
             rules = rules_file.rules_from(
                 args.interference, args.interference_mode, default=default
             )
+            if args.park_at_gate:
+                rules = dataclasses.replace(rules, parks_at_gate=True)
         report = replay(doc, pod, nodes, rules)
     except ValueError as exc:  # bad files, SnapshotDocumentError, ObjectError: all readable
         print(f"rlix replay: {exc}", file=sys.stderr)

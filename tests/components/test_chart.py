@@ -568,6 +568,18 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
         assert "--interference-mode=mps" in given, component
     parsed = _parsed(docs)
     assert parsed["extender"].interference_mode == "mps"
+    # Placement and admission count pairs by turns only where the agents park at the gate.
+    assert not parsed["extender"].park_at_gate and not parsed["operator"].park_at_gate
+    parking = _parsed(
+        _render(
+            helm,
+            "--set", "nodeAgent.phaseGate.enabled=true",
+            "--set", "nodeAgent.phaseGate.parkAtGate=true",
+        )
+    )  # fmt: skip
+    assert all(parking[c].park_at_gate for c in ("extender", "operator", "node-agent"))
+    gate_off = _parsed(_render(helm, "--set", "nodeAgent.phaseGate.parkAtGate=true"))
+    assert not any(gate_off[c].park_at_gate for c in ("extender", "operator", "node-agent"))
     assert str(parsed["operator"].interference).endswith("/interference.json")
     assert parsed["node-agent"].interference_mode == "mps"
 

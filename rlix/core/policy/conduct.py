@@ -31,6 +31,9 @@ The rules, in the order they are applied:
    phase change would overflow it, the lower-priority preemptible co-residents
    are parked (least harm first) and the starting job waits at its safe point
    until they are. When nothing can be parked, the action list says so.
+   Where the nodes park at the gate (``SharingRules.parks_at_gate``), pods
+   that take turns count as the larger of them and a context: the gate parks
+   the one that does not work, so a pair placed by turns is no overflow.
 4. **Resume as soon as memory allows.** A parked job whose memory fits on its
    own GPUs again (host memory is node-local, so it returns where it left) is
    resumed, aged jobs and higher priority first, then the longest parked;
@@ -64,7 +67,12 @@ from rlix.core.policy.admission import (
     queue_order,
 )
 from rlix.core.policy.placement.preemption import harm
-from rlix.core.policy.placement.sharing import SharingRules, joinable
+from rlix.core.policy.placement.sharing import (
+    DEFAULT_RULES,
+    SharingRules,
+    joinable,
+    resident_mib,
+)
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.snapshot import ClusterSnapshot, Workload
 from rlix.core.suspension import Reason, Refusal
@@ -179,7 +187,7 @@ def decide(
         trial, clocks=clocks, now=now, config=config, actions=actions, held=held, rules=rules
     )
     trial = _admit_by_priority(trial, waiting, policy, actions, elastic or {})
-    trial = _keep_within_hbm(trial, actions)
+    trial = _keep_within_hbm(trial, actions, rules or DEFAULT_RULES)
     _resume_when_free(
         trial, clocks=clocks, now=now, config=config, actions=actions, held=held, rules=rules
     )
@@ -585,21 +593,27 @@ def _lend(
     return admission, {job: tuple(sorted(pods)) for job, pods in sorted(loans.items())}
 
 
-def _keep_within_hbm(trial: ClusterSnapshot, actions: list[Action]) -> ClusterSnapshot:
+def _keep_within_hbm(
+    trial: ClusterSnapshot, actions: list[Action], rules: SharingRules
+) -> ClusterSnapshot:
     for node in sorted(trial.nodes):
         indices = sorted({i for w in trial.on_node(node) for i in w.gpu_indices})
         for index in indices:
-            trial = _relieve(trial, node, index, actions)
+            trial = _relieve(trial, node, index, actions, rules)
     return trial
 
 
 def _relieve(
-    trial: ClusterSnapshot, node: str, index: int, actions: list[Action]
+    trial: ClusterSnapshot, node: str, index: int, actions: list[Action], rules: SharingRules
 ) -> ClusterSnapshot:
     capacity = _gpu_memory(trial, node, index)
 
     def over(t: ClusterSnapshot) -> int:
-        return sum(w.memory_in(w.phase) for w in _resident(t, node, index)) - capacity
+        # Pods that take turns where the nodes park at the gate hold the
+        # larger of their phases' memory at a time (``sharing.resident_mib``):
+        # the gate keeps them within the GPU, and parking one here would make
+        # a turn a suspension.
+        return resident_mib(rules, _resident(t, node, index)) - capacity
 
     if over(trial) <= 0:
         return trial

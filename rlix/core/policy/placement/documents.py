@@ -209,6 +209,7 @@ def rules_to_doc(rules: SharingRules) -> dict[str, Any]:
         "protectedPriority": rules.protected_priority,
         "maxProtectedStretch": rules.max_protected_stretch,
         "phaseGate": rules.phase_gate,
+        "parksAtGate": rules.parks_at_gate,
     }
 
 
@@ -245,6 +246,7 @@ def rules_from_doc(doc: Any) -> SharingRules:
                 _opt(doc, "maxProtectedStretch", number, d.max_protected_stretch, where)
             ),
             phase_gate=_opt(doc, "phaseGate", bool, d.phase_gate, where),
+            parks_at_gate=_opt(doc, "parksAtGate", bool, d.parks_at_gate, where),
         )
     except ValueError as exc:
         raise SnapshotDocumentError(f"{where}: {exc}") from None

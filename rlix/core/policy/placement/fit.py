@@ -101,13 +101,19 @@ def fit(load: NodeLoad, pod: Workload, rules: SharingRules = DEFAULT_RULES) -> F
         return Fit(ok=False, reason=f"{reason} with {need}", candidates=candidates)
     # Name the GPU closest to fitting, so the reason says where memory ran out.
     best = max(load.gpus, key=lambda g: (g.free_mib, -g.index))
+    turns = (
+        "; beside pods it takes turns with, its peak and a CUDA context each must fit "
+        "(the nodes park at the gate)"
+        if rules.parks_at_gate and rules.interference is not None
+        else ""
+    )
     return Fit(
         ok=False,
         reason=(
             f"only {len(candidates)} of {len(load.gpus)} GPUs have {_mib(demand)} free, "
             f"pod needs {pod.gpus} (most free on one GPU: {_mib(best.free_mib)} on GPU "
             f"{best.index}, {_mib(best.owed_mib)} of {_mib(capacity)} promised; resident pods "
-            "keep memory for their current and next phase, suspended pods for their return)"
+            f"keep memory for their current and next phase, suspended pods for their return{turns})"
         ),
         candidates=candidates,
     )

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from rlix.core.dra import claim_memory_mib
 from rlix.core.phases import ITERATION_ORDER, Phase
 from rlix.core.policy.placement.memo import LoadMemo
-from rlix.core.policy.placement.sharing import SharingRules, joinable, pair_traits
+from rlix.core.policy.placement.sharing import SharingRules, joinable, needed_mib, pair_traits
 from rlix.core.snapshot import Node, Workload
 
 
@@ -116,6 +116,34 @@ class GPULoad:
             parked_mib=self.parked_mib,
             claimed_mib=self.claimed_mib,
         )
+
+    def holds_by_turns(self, pod: Workload, rules: SharingRules) -> bool:
+        """Whether ``pod`` fits here beside the running residents by turns
+        (``sharing.needed_mib``): where the nodes park at the gate, a pod
+        that takes turns with the residents needs room for the larger peak
+        and the others' contexts, not for what each resident owes now, plus
+        what stays put: suspended residents' debts, memory no known pod
+        explains, and (on a gpu-claims node) the claims, which still ask every
+        peak of the published memory. False where they do not all take turns
+        (``can_hold`` is the test then)."""
+        running = [r for r in self.residents if not r.suspended]
+        if not (rules.parks_at_gate and running and self.capacity_mib > 0):
+            return False
+        need = needed_mib(rules, [pod, *running])
+        if need >= pod.peak_memory_mib + sum(r.peak_memory_mib for r in running):
+            return False  # not by turns: every peak (``can_hold`` judges debts)
+        stays = sum(
+            d
+            for r, d, apart in zip(self.residents, self.debts, self.apart, strict=True)
+            if r.suspended and not apart
+        )
+        unexplained = max(self.measured_mib - self._on_device(), 0) if self.measured_mib else 0
+        if self.capacity_mib - stays - unexplained < need:
+            return False
+        published = self.capacity_mib + self.headroom_mib
+        claims = self.claimed_mib or 0
+        demand = claim_memory_mib(pod.peak_memory_mib, published)
+        return published - max(claims, stays + self.parked_mib) >= demand
 
     def claimed_without(self, names: set[str]) -> int | None:
         """What the claims hold if the named residents left (None: not a claims GPU)."""
@@ -245,7 +273,7 @@ class NodeLoad:
         found = self.memo.groups.get(key)
         if found is None:
             sets: dict[frozenset[str], list[int]] = {}
-            for p in self.holdable_for(demand_mib, pod.job):
+            for p in self._takeable(demand_mib, pod, rules):
                 residents = self.gpus[p].residents
                 if residents and not joinable(rules, pod, residents, self.gpus[p].capacity_mib):
                     continue
@@ -255,6 +283,23 @@ class NodeLoad:
             found = tuple(tuple(ps) for _, ps in ordered)
             self.memo.remember(self.memo.groups, key, found)
         return found
+
+    def _takeable(self, demand_mib: int, pod: Workload, rules: SharingRules) -> tuple[int, ...]:
+        """The GPUs with memory for ``pod`` (``holdable_for``), and, where the
+        nodes park at the gate, those it can hold by turns
+        (``GPULoad.holds_by_turns``); in GPU order."""
+        found = self.holdable_for(demand_mib, pod.job)
+        if not rules.parks_at_gate or demand_mib <= 0 or pod.peak_memory_mib <= 0:
+            return found
+        have = set(found)
+        more = [
+            p
+            for p, g in enumerate(self.gpus)
+            if p not in have
+            and all(r.job != pod.job or not pod.job for r in g.residents)
+            and g.holds_by_turns(pod, rules)
+        ]
+        return tuple(sorted((*found, *more))) if more else found
 
     def partial_groups_for(
         self, demand_mib: int, pod: Workload, rules: SharingRules

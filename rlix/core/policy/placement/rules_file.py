@@ -121,6 +121,8 @@ def from_args(args: argparse.Namespace, *, default: SharingRules) -> SharingRule
     """The rules ``add_arguments``' flags ask for, with the start-up log line said;
     ValueError (naming the file and why) for a matrix that cannot be read."""
     rules = rules_from(args.interference, args.interference_mode, default=default)
+    if getattr(args, "park_at_gate", False):
+        rules = dataclasses.replace(rules, parks_at_gate=True)
     log.info("%s", describe(rules, args.interference, args.interference_mode))
     return rules
 
@@ -141,16 +143,29 @@ def describe(rules: SharingRules, path: Source | None, mode: str) -> str:
             "sharing rules 1-3 (no interference matrix: any two jobs of one priority "
             f"may share a GPU, at most {rules.max_jobs_per_gpu} per GPU)"
         )
+    fit = (
+        "both peaks fit one GPU, or, for a pair that takes turns (the nodes park at the "
+        "gate), the larger peak and a CUDA context"
+        if rules.parks_at_gate
+        else "both peaks fit one GPU"
+    )
     return (
         f"sharing rules 1-6 with the interference matrix from {origin(path, mode)}: a pair shares "
         f"only where it delivers >= {rules.min_pair_progress:.2f} GPUs of progress "
-        "and both peaks fit one GPU"
+        f"and {fit}"
     )
 
 
-def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, effect: str) -> None:
-    """``--interference FILE`` and ``--interference-mode``; ``effect`` says what the
-    matrix changes in this component and what it does without one."""
+def add_arguments(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    effect: str,
+    *,
+    park_at_gate: bool = True,
+) -> None:
+    """``--interference FILE``, ``--interference-mode`` and (``park_at_gate``)
+    ``--park-at-gate``; ``effect`` says what the matrix changes in this
+    component and what it does without one. The node agent has a
+    ``--park-at-gate`` of its own (it is the one that parks)."""
     parser.add_argument(
         "--interference",
         type=source,
@@ -167,3 +182,16 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, eff
         default="time_slicing",
         help="which of the file's tables: how the GPUs are shared (default: %(default)s)",
     )
+    if park_at_gate:
+        parser.add_argument(
+            "--park-at-gate",
+            action="store_true",
+            help="the node agents park at the phase gate (their --phase-gate "
+            "--park-at-gate; chart: nodeAgent.phaseGate.parkAtGate): with a matrix, two "
+            "pods that take turns need room on a GPU for the larger of their peaks and a "
+            "CUDA context, not for both peaks (sharing rule 6 by turns), and the conductor "
+            "parks no such pair for overflow. Give it to the extender and the operator "
+            "together, and only where every GPU node's agent parks at the gate; on "
+            "gpu-claims nodes the claims still sum both peaks, so the nodes need memory "
+            "overcommit for it (docs/node-agent.md, 'Parking at the gate')",
+        )

@@ -45,6 +45,11 @@ so every such co-location lowers the cluster's capacity. The rules:
    judged by what it makes beside each other must be able to run beside each
    other; the filter's reservation (a resident's current and next phase)
    alone would let a pod in that meets the resident's peak one phase later.
+   Where the node agent parks at the gate (``parks_at_gate``, the agent's
+   ``--park-at-gate``), pods that take turns (``takes_turns``) never work
+   at once: the one that does not work is parked, so such a GPU needs the
+   larger peak and a CUDA context for each other pod (``needed_mib``), not
+   every peak.
 
 Rule 5 decides how much RLix shares at all: under the measured H200 matrix
 (``MEASURED_H200``) no pair of compute/memory-bound phases passes it (a GEMM
@@ -81,6 +86,11 @@ BUSY_SHAPES: Final = (Shape.COMPUTE, Shape.MEMORY, Shape.NETWORK)
 # Rule 5's threshold: the least progress (GPUs' worth) a pair must deliver for
 # sharing to finish its two jobs sooner on average than one after the other.
 PAYING_PAIR: Final = 4.0 / 3.0
+
+# What a pod parked at the gate still holds on its GPU: its CUDA context (and
+# the allocator's bookkeeping), which the agent's in-place park leaves behind.
+# 1 GiB covers a context on current GPUs (a few hundred MiB) with margin.
+CONTEXT_MIB: Final = 1024
 
 # I[victim][co-runner]: the slowdown one full-pressure co-runner inflicts.
 Cells = tuple[tuple[Shape, Shape, float], ...]
@@ -139,6 +149,10 @@ class SharingRules:
     # declare it take turns in their busy phases where that pays over the
     # cycle. Only with an interference model; False judges them drifting.
     phase_gate: bool = True
+    # Rule 6 where the node agent parks the pod that does not work at the gate
+    # (``--park-at-gate``): pods that take turns need the larger peak and a
+    # context each, not both peaks (``needed_mib``). Off unless the nodes do it.
+    parks_at_gate: bool = False
 
     def __post_init__(self) -> None:
         if self.max_jobs_per_gpu < 1:
@@ -346,10 +360,45 @@ def kinds_may_pair(rules: SharingRules, mine: PairKind, theirs: PairKind, gpu_mi
     if rules.interference is None or rules.max_jobs_per_gpu < 2:
         return False
     return any(
-        p == q and a + b <= gpu_mib and _pair_allowed(rules, t, u, p)
+        p == q and _pair_needs(rules, ((t, a), (u, b))) <= gpu_mib and _pair_allowed(rules, t, u, p)
         for p, t, a in mine
         for q, u, b in theirs
     )
+
+
+def needed_mib(rules: SharingRules, pods: Iterable[Workload]) -> int:
+    """What one GPU must hold for ``pods`` to run there together, each at its
+    peak (rule 6): every peak, or, where the nodes park at the gate
+    (``rules.parks_at_gate``) and every two of them take turns, the largest
+    peak and a CUDA context for each of the others (the gate parks the ones
+    that do not work)."""
+    pods = list(pods)
+    if len(pods) < 2 or not rules.parks_at_gate:
+        return sum(w.peak_memory_mib for w in pods)
+    return _pair_needs(rules, tuple((pair_traits(w), w.peak_memory_mib) for w in pods))
+
+
+def resident_mib(rules: SharingRules, pods: Iterable[Workload]) -> int:
+    """What ``pods``, running on one GPU, hold there now, each in its current
+    phase (``Workload.memory_in``): the sum, or, where the nodes park at the
+    gate and every two of them take turns, the largest and a CUDA context for
+    each of the others (the gate has parked the ones that do not work, and
+    holds a pod back until its memory fits)."""
+    pods = list(pods)
+    if len(pods) < 2 or not rules.parks_at_gate:
+        return sum(w.memory_in(w.phase) for w in pods)
+    return _pair_needs(rules, tuple((pair_traits(w), w.memory_in(w.phase)) for w in pods))
+
+
+def _pair_needs(rules: SharingRules, pods: tuple[tuple[Traits, int], ...]) -> int:
+    peaks = [peak for _, peak in pods]
+    if len(pods) < 2 or not rules.parks_at_gate:
+        return sum(peaks)
+    turns = all(
+        _takes_turns(rules, t[1], t[2], u[1], u[2])
+        for (t, _), (u, _) in itertools.combinations(pods, 2)
+    )
+    return max(peaks) + CONTEXT_MIB * (len(pods) - 1) if turns else sum(peaks)
 
 
 def joinable(
@@ -357,7 +406,8 @@ def joinable(
 ) -> bool:
     """Whether ``pod`` may join a GPU with these residents (rules 1 and 3-5),
     and, where the rules carry a matrix and ``gpu_mib`` is known, whether its
-    peak and the running residents' peaks fit the GPU together (rule 6).
+    peak and the running residents' peaks fit the GPU together (rule 6,
+    ``needed_mib``: by turns where the nodes park at the gate).
 
     Suspended residents are left out: parked, they slow nobody (their memory
     is still owed, which ``loads`` counts), and the conductor parks victims in
@@ -375,18 +425,17 @@ def joinable(
     it was.
     """
     jobs: set[str] = set()
-    peaks = pod.peak_memory_mib
-    # Rule 6 only where it applies: the default rules' filter path sums nothing.
-    by_peaks = rules.interference is not None and gpu_mib > 0 and peaks > 0
+    running: list[Workload] = []
     for r in residents:
         if r.suspended:
             continue
         if not rules.may_share(pod, r):
             return False
-        if by_peaks:
-            peaks += r.peak_memory_mib
+        running.append(r)
         jobs.add(r.job or r.name)
-    if by_peaks and jobs and peaks > gpu_mib:
+    # Rule 6 only where it applies: the default rules' filter path sums nothing.
+    by_peaks = rules.interference is not None and gpu_mib > 0 and pod.peak_memory_mib > 0
+    if by_peaks and jobs and needed_mib(rules, [pod, *running]) > gpu_mib:
         return False
     return len(jobs) < rules.max_jobs_per_gpu
 
