@@ -118,6 +118,16 @@ def add_parser(sub: Any) -> None:
         "--interference time-slicing (rules 1-6 with the built-in time-slicing bound) "
         "(default %(default)s)",
     )
+    p.add_argument(
+        "--park-at-gate",
+        action="store_true",
+        help="RLix as with the node agents' --park-at-gate (experimental): pods that take "
+        "turns are placed where the larger of their peaks fits, not both (sharing rule 6 "
+        "by turns); at the phase gate a pod goes in only where its peak fits beside the "
+        "pods that work (the others are parked), and on a GPU over its memory at both "
+        "peaks each turn pays its copies at the PCIe floors (docs/simulator.md, 'Parking "
+        "at the gate, played out'). Needs --rules matrix or time-slicing",
+    )
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
@@ -168,6 +178,9 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
             if name == "rlix" and args.rules in OTHER_RULES
             else scheduler(name, config.interference)
         )
+        if name == "rlix" and args.park_at_gate:
+            matrix = decides_with.get(args.rules, config.interference)
+            chosen = rlix(matrix, parks_at_gate=True)
         result = simulate(mix, chosen, config, progress=_progress(name, args.quiet))
         wall = time.perf_counter() - started
         if not args.quiet:
@@ -183,10 +196,19 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
 def run(args: argparse.Namespace) -> int:
     from rlix.core.sim.report import table
 
+    if args.park_at_gate and args.rules == "default":
+        print(
+            "rlix simulate: --park-at-gate needs rules with an interference matrix "
+            "(--rules matrix or time-slicing): without one no pair takes turns",
+            file=sys.stderr,
+        )
+        return 2
     results, ideal, speeds = run_mix(args)
     print(f"mix {args.mix} (seed {args.seed}): {results[0].jobs} jobs on {results[0].gpus} GPUs")
     if args.rules in OTHER_RULES and any(r.scheduler == "rlix" for r in results):
         print(f"rlix decides with {OTHER_RULES[args.rules]}")
+    if args.park_at_gate and any(r.scheduler == "rlix" for r in results):
+        print("rlix parks at the gate: pairs that take turns need the larger peak, not both")
     print(table(results, ideal))
     for r, s in zip(results, speeds, strict=True):
         print(

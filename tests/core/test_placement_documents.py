@@ -72,6 +72,7 @@ def test_not_an_object() -> None:
         SharingRules(),
         SharingRules(interference=ASSUMED_CELLS, max_jobs_per_gpu=3, phase_gate=False),
         SharingRules(min_pair_progress=1.1, protected_priority=7, max_protected_stretch=1.5),
+        SharingRules(parks_at_gate=True),
     ],
 )
 def test_sharing_rules_round_trip_exactly_through_json(rules: SharingRules) -> None:
@@ -102,6 +103,7 @@ def test_sharing_rules_left_out_are_the_clusters_defaults() -> None:
         ({"maxJobsPerGpu": "2"}, "field 'maxJobsPerGpu' has the wrong type"),
         ({"maxJobsPerGpu": 0}, "sharingRules: SharingRules.max_jobs_per_gpu = 0 < 1"),
         ({"phaseGate": 1}, "field 'phaseGate' has the wrong type"),
+        ({"parksAtGate": "yes"}, "field 'parksAtGate' has the wrong type"),
     ],
 )  # fmt: skip
 def test_bad_sharing_rules_name_the_field(doc: Any, words: str) -> None:

@@ -123,3 +123,29 @@ def test_rules_time_slicing_decides_with_the_built_in_bound_and_measures_with_th
         (TIME_SLICING_CELLS, MEASURED_H200_CELLS),  # decides with the bound, runs as measured
         (MEASURED_H200_CELLS, MEASURED_H200_CELLS),
     ]
+
+
+def test_park_at_gate_decides_with_rule_6_by_turns_and_needs_a_matrix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlix.core.sim import engine
+
+    seen: list[tuple[Any, bool]] = []
+    real = engine.simulate
+
+    def recording(*a: Any, **kw: Any) -> Any:
+        rules = a[1].policy.rules
+        seen.append((rules.interference is not None, rules.parks_at_gate))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine, "simulate", recording)
+    args = parse(
+        "--mix", "disaggregated", "--jobs", "6", "--scheduler", "rlix", "--quiet",
+        "--park-at-gate",
+    )  # fmt: skip
+    assert args.run(args) == 0
+    assert "rlix parks at the gate" in capsys.readouterr().out
+    assert seen == [(True, True)]
+    refused = parse("--mix", "disaggregated", "--jobs", "6", "--rules", "default", "--park-at-gate")
+    assert refused.run(refused) == 2
+    assert "--park-at-gate needs rules with an interference matrix" in capsys.readouterr().err

@@ -17,11 +17,12 @@ import heapq
 from collections import Counter
 from collections.abc import Callable
 
-from rlix.core.phases import Phase, shape_of
+from rlix.core.phases import Phase, Shape, shape_of
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.policy.ordering import Partners, aging_s, class_key, critical_jobs, grace_s
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
 from rlix.core.policy.placement.sharing import (
+    CONTEXT_MIB,
     SharingRules,
     kinds_may_pair,
     pair_kind,
@@ -145,6 +146,15 @@ class Simulation:
         )
         self.gated: dict[int, float] = {}
         self.entering: set[int] = set()  # placed, not yet through the gate
+        # Parking at the gate (``SharingRules.parks_at_gate``): the rules place
+        # pairs that take turns where only the larger peak fits, and the gate
+        # makes room with memory. A pod then waits at the gate until its peak
+        # fits beside the pods that work (the others are parked, a context
+        # each), and on a GPU over its memory at both peaks a pod's busy
+        # segments pay for the turn's copies (``_turn_charge``).
+        self.parks = self.gate_rules is not None and self.gate_rules.parks_at_gate
+        self.charges: dict[tuple[int, int], tuple[float, int, float]] = {}
+        self.recorder.parks_at_gate = self.parks
         # Rules that do not ask both peaks to fit (no matrix: the cluster's)
         # leave pairs that meet both on a GPU; the conductor's rule 3 parks
         # one (``overflow``). Then a sharing job steps phase by phase (a
@@ -378,19 +388,65 @@ class Simulation:
             mine = self._pod_cycle(run, k)
             for g in gpus:
                 holders: list[Busy] = []
+                # The room test (``gate_room``): the entrant and the pods
+                # that work at their peaks, every other pod parked to a context.
+                need = self._pod_peak(run, k)
                 for j in dict.fromkeys(res[node][g]):
-                    if j == run.id or j in undecided or j in self.gated:
+                    if j == run.id:
                         continue
                     other = self.runs[j]
+                    waits = j in undecided or j in self.gated
                     for q in other.pods_on(node, g):
-                        state = self.pod_pressure_phase(other, q)
+                        state = None if waits else self.pod_pressure_phase(other, q)
+                        need += CONTEXT_MIB if state is None else self._pod_peak(other, q)
                         if state is not None and takes_turns(
                             rules, *mine, *self._pod_cycle(other, q)
                         ):
                             holders.append((shape_of(state[1]), state[0]))
+                if self.parks and need > self.config.memory_mib:
+                    return True
                 if holders and not gains_by_entering(rules, entering, holders):
                     return True
         return False
+
+    def fit_floor(self, run: Run) -> int:
+        """The memory a GPU must have left, after its residents' smallest phase,
+        to be worth asking the policy about for ``run`` (``Cluster.candidates``):
+        its own smallest phase; where the gate parks, for a disaggregated job
+        (whose pods idle while the other pool works, so they may take turns),
+        a CUDA context, since a pair that takes turns needs the larger peak,
+        not the sum. A colocated job never idles: it takes no turns."""
+        if self.parks and run.spec.disaggregated:
+            return min(run.profile.min_mib, CONTEXT_MIB)
+        return run.profile.min_mib
+
+    @staticmethod
+    def _pod_peak(run: Run, pod: int) -> int:
+        """The per-GPU MiB pod ``pod`` of ``run`` holds at its peak."""
+        role = run.spec.pod_roles[pod]
+        return max(run.profile.pod_memory_mib(role).values())
+
+    def _turn_charge(self, run: Run, pod: int, others_mib: int) -> float:
+        """The share of its rate a pod keeps, in its busy segments, on a GPU
+        where the other pods' peaks (``others_mib``) and its own exceed the
+        GPU: once per iteration its partners' memory goes out and its own comes
+        back (PCIe floors, ``hardware``) before its turn, busy / (busy + out +
+        in). 1 where both peaks fit (nobody is parked)."""
+        key = (run.id, pod)
+        found = self.charges.get(key)
+        if found is None:
+            role = run.spec.pod_roles[pod]
+            profile = run.profile.pod_load_profile(role)
+            busy = run.profile.iteration_s * sum(
+                s.share for s in profile if shape_of(s.phase) is not Shape.NONE
+            )
+            mib = self._pod_peak(run, pod)
+            found = self.charges[key] = (busy, mib, mib * hw.MIB / hw.PCIE_H2D_BYTES_PER_S)
+        busy, peak, back = found
+        if peak + others_mib <= self.config.memory_mib or busy <= 0:
+            return 1.0
+        out = others_mib * hw.MIB / hw.PCIE_D2H_BYTES_PER_S
+        return busy / (busy + out + back)
 
     @staticmethod
     def _pod_cycle(run: Run, pod: int) -> tuple[tuple[PhaseLoad, ...], float]:
@@ -448,22 +504,27 @@ class Simulation:
         seg = run.seg
         table = self.table[run.phase_of(seg)]
         res = self.cluster.res
-        worst = 0.0
+        worst = 1.0  # the slowest GPU's seconds per alone-second
         for k, (node, gpus) in enumerate(run.placements):
             if not run.pod_active(k, seg):
                 continue
             for g in gpus:
-                load = 0.0
+                load, others_mib = 0.0, 0
                 for j in dict.fromkeys(res[node][g]):
                     other = self.runs[j]
                     for q in other.pods_on(node, g):
                         if j == run.id and q == k:
                             continue
+                        if self.parks:
+                            others_mib += self._pod_peak(other, q)
                         state = self.pod_pressure_phase(other, q)
                         if state is not None:
                             load += state[0] * table[state[1]]
-                worst = max(worst, load)
-        return 1.0 / (1.0 + worst)
+                slow = 1.0 + load
+                if others_mib:
+                    slow /= self._turn_charge(run, k, others_mib)
+                worst = max(worst, slow)
+        return 1.0 / worst
 
     # -- starting and stopping jobs --------------------------------------------
     def start(self, run: Run, admission: Admission, t: float) -> None:
@@ -668,7 +729,7 @@ class Simulation:
         self.cluster.detach(run)
         try:
             nodes = self.cluster.candidates(
-                run.spec.gpus_per_pod, run.profile.min_mib, self.config.candidates
+                run.spec.gpus_per_pod, self.fit_floor(run), self.config.candidates
             )
             if not nodes:
                 return None
@@ -722,7 +783,7 @@ class Simulation:
         )
 
     def _try_place(self, run: Run, t: float) -> bool:
-        low = run.profile.min_mib
+        low = self.fit_floor(run)
         nodes = self.cluster.candidates(run.spec.gpus_per_pod, low, self.config.candidates)
         if not nodes or (not self.policy.shares_gpus and len(nodes) < run.spec.min_nodes):
             return False

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rlix.core.phases import Shape
+from rlix.core.policy.placement.sharing import CONTEXT_MIB
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.cluster import Cluster
 from rlix.core.sim.flowbound import FlowJob, min_weighted_flow_s
@@ -105,6 +106,10 @@ class SimResult:
     # the engine parks one of the pair as the conductor's rule 3 does
     # (``overflow``), so what remains is a GPU where nobody could be parked.
     over_memory: float = 0.0
+    # Where the gate parks (``SharingRules.parks_at_gate``): share of the
+    # sampled held GPUs whose residents' memory exceeded the GPU, held by turns
+    # (the ones that do not work parked), which only parking makes possible.
+    by_turns: float = 0.0
     max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
     pool_idle_gpu_s: float = 0.0  # disaggregated pools idle while the other pool works
     # What the rollout tails could lend at best (``Timeline.lendable_gpu_s``):
@@ -174,12 +179,18 @@ class Recorder:
     runs: list[Run]
     memory_mib: int  # per GPU
     smallest_pod_mib: int
+    # The gate parks the pods that do not work (``SharingRules.parks_at_gate``):
+    # a GPU over its memory at everyone's holdings holds the largest and a
+    # CUDA context for each other pod (an upper bound: the one resident is
+    # the one that works, or worked last).
+    parks_at_gate: bool = False
     bytes_moved: float = 0.0
     preemptions: int = 0
     overflow_parks: int = 0
     rebalances: int = 0
-    # (t, busy, held, stranded, over memory): shares of all GPUs at each sample
-    samples: list[tuple[float, float, float, float, float]] = field(default_factory=list)
+    # (t, busy, held, stranded, over memory, held by turns): shares of all GPUs
+    # at each sample
+    samples: list[tuple[float, float, float, float, float, float]] = field(default_factory=list)
     work_gpu_s: float = 0.0
     critical_s: float = 0.0
     alone_s: list[float] = field(default_factory=list)
@@ -273,13 +284,14 @@ class Recorder:
         cluster, cap = self.cluster, self.memory_mib
         cache: dict[int, tuple[float, int, int]] = {}
         pod_cache: dict[tuple[int, int], tuple[float, int, int]] = {}
-        busy = allocated = stranded = over = 0.0
+        busy = allocated = stranded = over = turns = 0.0
         for node in cluster.occupied:
             for g, holders in enumerate(cluster.res[node]):
                 if not holders:
                     continue
                 allocated += 1
                 demand = owed = now = 0.0
+                held: list[int] = []
                 for i, j in enumerate(holders):
                     run = self.runs[j]
                     if run.spec.disaggregated:  # per pod: the one(s) on this GPU
@@ -293,6 +305,7 @@ class Recorder:
                             demand += d
                             owed += o
                             now += m
+                            held.append(m)
                         continue
                     if j not in cache:
                         cache[j] = self._job_state(run, t)
@@ -300,6 +313,10 @@ class Recorder:
                     demand += d
                     owed += o
                     now += m
+                    held.append(m)
+                if self.parks_at_gate and now > cap and len(held) > 1:
+                    now = max(held) + CONTEXT_MIB * (len(held) - 1)
+                    turns += 1
                 busy += min(1.0, demand)
                 over += now > cap
                 free = max(0.0, cap - owed)
@@ -307,7 +324,14 @@ class Recorder:
                     stranded += free
         total = cluster.total_gpus
         self.samples.append(
-            (t, busy / total, allocated / total, stranded / (total * cap), over / total)
+            (
+                t,
+                busy / total,
+                allocated / total,
+                stranded / (total * cap),
+                over / total,
+                turns / total,
+            )
         )
 
     def result(self, *, mix: str, scheduler: str, events: int) -> SimResult:
@@ -354,6 +378,7 @@ class Recorder:
             empty_waiting_gpu_s=self.empty_waiting_gpu_s,
             empty_idle_gpu_s=self.empty_idle_gpu_s,
             over_memory=sum(s[4] for s in inside) / max(sum(s[2] for s in inside), 1e-12),
+            by_turns=sum(s[5] for s in inside) / max(sum(s[2] for s in inside), 1e-12),
             max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
             pool_idle_gpu_s=self.pool_idle_gpu_s,
             lendable_s=tuple(self.lend_by_job[r.id] for r in ended),

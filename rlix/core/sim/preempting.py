@@ -45,6 +45,8 @@ class Engine(Protocol):
     # job -> (its nodes' release counters, time) of its last failed resume
     resume_failed_at: dict[int, tuple[tuple[int, ...], float]]
 
+    def fit_floor(self, run: Run) -> int: ...
+
     def queue_key(self, run: Run) -> tuple[object, ...]:
         """The order in which waiting (and parked) jobs are considered."""
         ...
@@ -204,7 +206,7 @@ def _relocate(sim: Engine, run: Run, t: float) -> Admission | None:
     job that could come back in place. The decision goes through the same
     ``place_gang`` as an admission (recorded as "relocate").
     """
-    low = run.profile.min_mib
+    low = sim.fit_floor(run)
     nodes = sim.cluster.candidates(run.spec.gpus_per_pod, low, sim.config.candidates)
     if not nodes:
         return None
@@ -223,7 +225,7 @@ def _relocate(sim: Engine, run: Run, t: float) -> Admission | None:
 def try_preempt(sim: Engine, run: Run, t: float) -> bool:
     """Place the gang after taking lower-priority jobs (or, sized, far larger
     jobs of its own priority: ``ordering.displaces``) off some nodes."""
-    low = run.profile.min_mib
+    low = sim.fit_floor(run)
     limit = sim.config.candidates
     nodes = dict.fromkeys(sim.cluster.candidates(run.spec.gpus_per_pod, low, limit))
     lower = sorted(

@@ -59,14 +59,22 @@ def gang_binpack() -> Scheduler:
     return Scheduler("gang-binpack", GANG_BINPACK, QueueOrder.PRIORITY, Preemption.EVICT)
 
 
-def rlix(interference: Interference | None = None) -> Scheduler:
+def rlix(interference: Interference | None = None, *, parks_at_gate: bool = False) -> Scheduler:
     """RLix's policy; with ``interference``, its sharing rules decide with that model
     (``rlix.core.policy.placement.sharing``, rules 4-6), else with the cluster
-    components' default rules (no model: rules 1-3 only)."""
+    components' default rules (no model: rules 1-3 only). ``parks_at_gate``:
+    the nodes park at the phase gate (the agent's ``--park-at-gate``), so pairs
+    that take turns need the larger peak, not both (rule 6 by turns), and the
+    engine plays the parking out (``engine``: the room test at the gate, each
+    turn's copies charged)."""
     from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
     from rlix.core.policy.rlix_policy import RLixPolicy
 
     rules = DEFAULT_RULES if interference is None else SharingRules(interference.cells)
+    if parks_at_gate:
+        if interference is None:
+            raise ValueError("parking at the gate needs rules with an interference matrix")
+        rules = SharingRules(interference.cells, parks_at_gate=True)
     return Scheduler("rlix", RLixPolicy(rules=rules), QueueOrder.SHORTEST, Preemption.SUSPEND)
 
 
