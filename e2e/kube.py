@@ -10,6 +10,8 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
+from rlix.core import dra
+
 T = TypeVar("T")
 
 
@@ -151,6 +153,28 @@ def one_gpu_role(name: str, kind: str, memory_mib: dict[str, int]) -> dict[str, 
         "image": "example.com/rl:1",
         "gpuMemoryMiB": memory_mib,
     }
+
+
+def disaggregated_rljob(
+    name: str, mib: int, profile: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """A disaggregated GRPO RLJob: a trainer pod and a rollout pod of one GPU
+    each, ``mib`` in their phase and idle; ``profile``: its ``phaseProfile``."""
+    manifest = rljob_manifest(
+        name,
+        one_gpu_role("policy", "trainer", {"training": mib, "idle": mib}),
+        one_gpu_role("gen", "rollout", {"rollout": mib, "idle": mib}),
+    )
+    if profile is not None:
+        manifest["spec"]["phaseProfile"] = profile
+    return manifest
+
+
+def claimed_gpus(cluster: Kubectl, namespace: str, pod: str) -> tuple[int, ...]:
+    """The GPUs the DRA allocator gave ``pod``'s claim (named as the pod)."""
+    allocation = dra.read_allocation(get_json(cluster, "resourceclaim", pod, "-n", namespace))
+    assert allocation is not None, f"{pod}'s claim is not allocated"
+    return allocation.gpus
 
 
 def trainer_role(*, replicas: int = 1, gpus: int = 1, mib: int = 10000) -> dict[str, Any]:

@@ -37,15 +37,16 @@ import pytest
 from e2e._operator_process import MATRIX, OperatorProcess, operator_with_matrix
 from e2e.kube import (
     apply,
+    claimed_gpus,
+    disaggregated_rljob,
     get_json,
     new_namespace,
-    one_gpu_role,
     rljob_state,
     wait_for,
     wait_for_condition,
 )
 from e2e.own_cluster import claims_agent_cluster
-from rlix.core import dra, names
+from rlix.core import names
 from rlix.devcluster.cluster import DevCluster
 
 NODE = "rlix-disagg-gpu-0"
@@ -72,28 +73,7 @@ def operator(
 
 def pools(name: str, *, profile: bool) -> dict[str, Any]:
     """A disaggregated job: a trainer pod and a rollout pod of one GPU each."""
-
-    def role(role: str, kind: str, phase: str) -> dict[str, Any]:
-        return one_gpu_role(role, kind, {phase: POD_MIB, "idle": POD_MIB})
-
-    spec: dict[str, Any] = {
-        "algorithm": "GRPO",
-        "roles": [role("policy", "trainer", "training"), role("gen", "rollout", "rollout")],
-    }
-    if profile:
-        spec["phaseProfile"] = PROFILE
-    return {
-        "apiVersion": "rlix.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def gpus_of(cluster: DevCluster, ns: str, pod: str) -> tuple[int, ...]:
-    allocation = dra.read_allocation(get_json(cluster, "resourceclaim", pod, "-n", ns))
-    assert allocation is not None, f"{pod}'s claim is not allocated"
-    return allocation.gpus
+    return disaggregated_rljob(name, POD_MIB, PROFILE if profile else None)
 
 
 def test_two_disaggregated_jobs_that_say_their_cycles_share_both_gpus(
@@ -105,7 +85,7 @@ def test_two_disaggregated_jobs_that_say_their_cycles_share_both_gpus(
     try:
         apply(cluster, ns, pools("a", profile=True))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
-        a = {pod: gpus_of(cluster, ns, pod) for pod in ("a-policy-0", "a-gen-0")}
+        a = {pod: claimed_gpus(cluster, ns, pod) for pod in ("a-policy-0", "a-gen-0")}
         assert sorted(a.values()) == [(0,), (1,)], a  # its own pools on different GPUs
 
         # Each pod says how it spends an iteration, from the job's phaseProfile.
@@ -132,7 +112,7 @@ def test_two_disaggregated_jobs_that_say_their_cycles_share_both_gpus(
         # The same job saying its cycle shares both GPUs with a.
         apply(cluster, ns, pools("b", profile=True))
         wait_for("b Running", lambda: rljob_state(cluster, ns, "b") == "Running", timeout_s=120)
-        b = {pod: gpus_of(cluster, ns, pod) for pod in ("b-policy-0", "b-gen-0")}
+        b = {pod: claimed_gpus(cluster, ns, pod) for pod in ("b-policy-0", "b-gen-0")}
         assert sorted(b.values()) == [(0,), (1,)], b
         # kubectl describe says so: its Admitted condition (and event) names them.
         admitted = wait_for_condition(

@@ -24,22 +24,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from e2e._operator_process import MATRIX, OperatorProcess, operator_with_extender
 from e2e.kube import (
     apply,
+    claimed_gpus,
+    disaggregated_rljob,
     get_json,
     new_namespace,
-    one_gpu_role,
     rljob_state,
     wait_for,
     wait_for_condition,
 )
 from e2e.own_cluster import dra_agent_cluster
-from rlix.core import dra, names
+from rlix.core import names
 from rlix.core.suspension import ANNOTATION_DESIRED
 from rlix.devcluster.cluster import DevCluster
 
@@ -76,30 +76,6 @@ def operator(
     )
 
 
-def pools(name: str, mib: int) -> dict[str, Any]:
-    """A disaggregated job that says its cycle: a trainer and a rollout pod of one GPU."""
-
-    def role(role: str, kind: str, phase: str) -> dict[str, Any]:
-        return one_gpu_role(role, kind, {phase: mib, "idle": mib})
-
-    return {
-        "apiVersion": "rlix.io/v1alpha1",
-        "kind": "RLJob",
-        "metadata": {"name": name},
-        "spec": {
-            "algorithm": "GRPO",
-            "phaseProfile": PROFILE,
-            "roles": [role("policy", "trainer", "training"), role("gen", "rollout", "rollout")],
-        },
-    }
-
-
-def gpus_of(cluster: DevCluster, ns: str, pod: str) -> tuple[int, ...]:
-    allocation = dra.read_allocation(get_json(cluster, "resourceclaim", pod, "-n", ns))
-    assert allocation is not None, f"{pod}'s claim is not allocated"
-    return allocation.gpus
-
-
 def test_pods_that_take_turns_share_gpus_that_hold_only_the_larger_peak(
     turns_cluster: DevCluster, operator: OperatorProcess
 ) -> None:
@@ -107,11 +83,11 @@ def test_pods_that_take_turns_share_gpus_that_hold_only_the_larger_peak(
     assert "the larger peak and a CUDA context" in operator.log.read_text()
     ns = new_namespace(cluster)
     try:
-        apply(cluster, ns, pools("a", 50000))
+        apply(cluster, ns, disaggregated_rljob("a", 50000, PROFILE))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
 
         # 81000 + a context is over the GPU even by turns: refused, saying so.
-        apply(cluster, ns, pools("big", 81000))
+        apply(cluster, ns, disaggregated_rljob("big", 81000, PROFILE))
         refused = wait_for_condition(
             cluster, ns, "big", "Admitted", lambda c: c["status"] == "False", what="big refused"
         )
@@ -120,13 +96,13 @@ def test_pods_that_take_turns_share_gpus_that_hold_only_the_larger_peak(
         cluster.kubectl("delete", "rljob", "big", "-n", ns, "--timeout=60s")
 
         # 50000 + 50000 is over the GPU; 50000 + a context is not: b shares both with a.
-        apply(cluster, ns, pools("b", 50000))
+        apply(cluster, ns, disaggregated_rljob("b", 50000, PROFILE))
         wait_for("b Running", lambda: rljob_state(cluster, ns, "b") == "Running", timeout_s=120)
         admitted = wait_for_condition(
             cluster, ns, "b", "Admitted", lambda c: c["status"] == "True", what="b admitted"
         )
         assert admitted["message"].endswith(f"shares GPUs {NODE}/0, {NODE}/1 with {ns}/a")
-        b = {pod: gpus_of(cluster, ns, pod) for pod in ("b-policy-0", "b-gen-0")}
+        b = {pod: claimed_gpus(cluster, ns, pod) for pod in ("b-policy-0", "b-gen-0")}
         assert sorted(b.values()) == [(0,), (1,)], b
 
         # The conductor counts each GPU by turns too: nobody is parked for
