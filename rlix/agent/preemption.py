@@ -88,7 +88,6 @@ class Preemption:
         # it has no "relocated" record yet, and must not be reconciled away.
         self._relocating: set[tuple[str, int]] = set()
         self._suspending: set[str] = set()  # pod uids with a suspend in flight
-        # Who asked, and what the pod held per GPU, per suspend in flight.
         # (pod uid, pid) of processes that reconnected parked without a record and
         # are being resumed (see on_hello): a suspend of the pod waits for them.
         self._waking: set[tuple[str, int]] = set()

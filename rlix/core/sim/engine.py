@@ -390,7 +390,7 @@ class Simulation:
                 holders: list[Busy] = []
                 # The room test (``gate_room``): the entrant and the pods
                 # that work at their peaks, every other pod parked to a context.
-                need = self._pod_peak(run, k)
+                need = self._pod_peak(run, k) if self.parks else 0
                 for j in dict.fromkeys(res[node][g]):
                     if j == run.id:
                         continue
@@ -398,7 +398,8 @@ class Simulation:
                     waits = j in undecided or j in self.gated
                     for q in other.pods_on(node, g):
                         state = None if waits else self.pod_pressure_phase(other, q)
-                        need += CONTEXT_MIB if state is None else self._pod_peak(other, q)
+                        if self.parks:
+                            need += CONTEXT_MIB if state is None else self._pod_peak(other, q)
                         if state is not None and takes_turns(
                             rules, *mine, *self._pod_cycle(other, q)
                         ):
