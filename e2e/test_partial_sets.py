@@ -26,6 +26,7 @@ import pytest
 from e2e._operator_process import OperatorProcess, operator_with_matrix
 from e2e.kube import (
     apply,
+    claimed_gpus,
     new_namespace,
     one_gpu_role,
     rljob_manifest,
@@ -34,7 +35,7 @@ from e2e.kube import (
     wait_for_condition,
 )
 from e2e.own_cluster import claims_agent_cluster
-from e2e.test_disaggregated_sharing import POD_MIB, PROFILE, gpus_of, pools
+from e2e.test_disaggregated_sharing import POD_MIB, PROFILE, pools
 from rlix.devcluster.cluster import DevCluster
 
 NODE = "rlix-partial-gpu-0"
@@ -75,12 +76,12 @@ def test_a_three_gpu_pod_takes_one_partner_s_gpus_and_an_empty_one(
     try:
         apply(cluster, ns, pools("a", profile=True))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
-        a = {gpus_of(cluster, ns, pod)[0] for pod in ("a-policy-0", "a-gen-0")}
+        a = {claimed_gpus(cluster, ns, pod)[0] for pod in ("a-policy-0", "a-gen-0")}
         assert len(a) == 2, a
 
         apply(cluster, ns, wide("w"))
         wait_for("w Running", lambda: rljob_state(cluster, ns, "w") == "Running", timeout_s=120)
-        gen, policy = gpus_of(cluster, ns, "w-gen-0"), gpus_of(cluster, ns, "w-policy-0")
+        gen, policy = claimed_gpus(cluster, ns, "w-gen-0"), claimed_gpus(cluster, ns, "w-policy-0")
         assert len(gen) == 3 and a < set(gen), (a, gen)  # both of a's GPUs and one empty
         assert set(gen) | set(policy) == {0, 1, 2, 3}, (gen, policy)
         assert not set(policy) & a, (a, policy)  # the trainer pod alone on the last GPU
