@@ -424,8 +424,7 @@ class Simulation:
     @staticmethod
     def _pod_peak(run: Run, pod: int) -> int:
         """The per-GPU MiB pod ``pod`` of ``run`` holds at its peak."""
-        role = run.spec.pod_roles[pod]
-        return max(run.profile.pod_memory_mib(role).values())
+        return run.profile.pod_peak_mib(run.spec.pod_roles[pod])
 
     def _turn_charge(self, run: Run, pod: int, others_mib: int) -> float:
         """The share of its rate a pod keeps, in its busy segments, on a GPU

@@ -394,6 +394,16 @@ class JobProfile:
         phases = {ITERATION_PHASES[i] for i, on in enumerate(ROLE_ACTIVE[role]) if on}
         return {p: mib for p in (*ITERATION_PHASES, Phase.IDLE) if p in phases or p is Phase.IDLE}
 
+    def pod_peak_mib(self, role: str) -> int:
+        """The most per-GPU MiB a pod of ``role`` holds in any phase."""
+        return self._pod_peaks[role]
+
+    @cached_property
+    def _pod_peaks(self) -> dict[str, int]:
+        # Asked on every rate and gate decision where the gate parks: worked
+        # out once per profile, not per call.
+        return {role: max(self.pod_memory_mib(role).values()) for role in set(self.spec.pod_roles)}
+
     @cached_property
     def active_gpus(self) -> tuple[int, ...]:
         """GPUs working in each segment of an iteration (all of a colocated job's)."""
