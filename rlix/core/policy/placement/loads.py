@@ -137,8 +137,7 @@ class GPULoad:
             for r, d, apart in zip(self.residents, self.debts, self.apart, strict=True)
             if r.suspended and not apart
         )
-        unexplained = max(self.measured_mib - self._on_device(), 0) if self.measured_mib else 0
-        if self.capacity_mib - stays - unexplained < need:
+        if self.capacity_mib - stays - self._unexplained() < need:
             return False
         published = self.capacity_mib + self.headroom_mib
         claims = self.claimed_mib or 0
@@ -168,20 +167,21 @@ class GPULoad:
         """What the residents that are not parked-apart owe (what the agent can measure)."""
         return sum(d for d, apart in zip(self.debts, self.apart, strict=True) if not apart)
 
-    def owed_without(self, names: set[str]) -> tuple[int, bool]:
-        """(owed MiB, still has residents) if the named residents left.
+    def _unexplained(self) -> int:
+        """Memory the agent measured beyond what the known residents owe on the
+        device: something else uses it, and it stays taken."""
+        return max(self.measured_mib - self._on_device(), 0) if self.measured_mib else 0
 
-        Memory the agent measured beyond what the known residents owe is used
-        by something else and stays taken.
-        """
+    def owed_without(self, names: set[str]) -> tuple[int, bool]:
+        """(owed MiB, still has residents) if the named residents left; memory
+        no known resident explains stays (``_unexplained``)."""
         kept = 0
         any_kept = False
         for r, debt, apart in zip(self.residents, self.debts, self.apart, strict=True):
             if r.name not in names:
                 kept += 0 if apart else debt
                 any_kept = True
-        unexplained = max(self.measured_mib - self._on_device(), 0) if self.measured_mib else 0
-        return kept + unexplained, any_kept
+        return kept + self._unexplained(), any_kept
 
 
 def _holds(
