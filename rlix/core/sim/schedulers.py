@@ -21,7 +21,7 @@ is what the *cluster* does around them, which is what separates the systems:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlix.core.policy.port import PlacementPolicy
 from rlix.core.sim.baselines import GANG_BINPACK, KUBE_DEFAULT
@@ -70,11 +70,11 @@ def rlix(interference: Interference | None = None, *, parks_at_gate: bool = Fals
     from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
     from rlix.core.policy.rlix_policy import RLixPolicy
 
+    if parks_at_gate and interference is None:
+        raise ValueError("parking at the gate needs rules with an interference matrix")
     rules = DEFAULT_RULES if interference is None else SharingRules(interference.cells)
     if parks_at_gate:
-        if interference is None:
-            raise ValueError("parking at the gate needs rules with an interference matrix")
-        rules = SharingRules(interference.cells, parks_at_gate=True)
+        rules = replace(rules, parks_at_gate=True)
     return Scheduler("rlix", RLixPolicy(rules=rules), QueueOrder.SHORTEST, Preemption.SUSPEND)
 
 
