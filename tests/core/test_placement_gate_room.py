@@ -3,10 +3,15 @@ goes in where its memory fits, after the partners that do not work are parked.""
 
 from __future__ import annotations
 
+import pytest
+
 from rlix.core.phases import Phase
+from rlix.core.policy.placement import gate_room
 from rlix.core.policy.placement.gate_room import Room, room_for
 from rlix.core.policy.placement.sharing import SharingRules
 from rlix.core.policy.placement.turns import Admitted, Turns
+from rlix.core.sim import hardware as hw
+from rlix.core.snapshot import load_profile_of
 
 # The simulator's disaggregated pods on one H200 (docs/simulator.md, "Memory,
 # not order"): together 148,670 MiB, over the GPU; either alone fits.
@@ -216,3 +221,126 @@ def test_a_restored_pod_that_stops_and_never_shows_is_forgotten() -> None:
     t.leave("r0")
     t.set_memory({}, {0: H200_MIB})
     assert t.footprint("r") == {} and t.gate_parked() == ["t"]
+
+
+# -- a weight sync parks a partner that works and stops at safe points ---------
+
+
+# The simulator's disaggregated pools (as in test_placement_turns.py): the
+# trainer's 55 s of training, the rollout pod's 5 s sync. Stopping the 32B
+# trainer costs it the sync and its memory out and back (about 3.8 s).
+TRAINER_POOL = load_profile_of({Phase.TRAINING: 55.0, Phase.WEIGHT_SYNC: 5.0, Phase.IDLE: 60.0})
+ROLLOUT_POOL = load_profile_of({Phase.ROLLOUT: 60.0, Phase.WEIGHT_SYNC: 5.0, Phase.IDLE: 55.0})
+
+
+def trainer_working_sync_waiting(
+    *, safe_points: bool, at: float = 1.0, declared: bool = True
+) -> tuple[Turns[str, str], list[Admitted[str]]]:
+    """t trains from 0 s (it parked s, idle, to go in); s asks for its weight sync at ``at``."""
+    t = memory_turns_named("t", "s")
+    if declared:
+        t.set_cycles({"t": TRAINER_POOL, "s": ROLLOUT_POOL})
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt", safe_points=safe_points)
+    [went] = t.admit(0.0)
+    assert went.park == ("s",)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    assert not t.enter("s", "s0", Phase.WEIGHT_SYNC, at, "ts")
+    return t, t.admit(at)
+
+
+def memory_turns_named(trainer: str, other: str) -> Turns[str, str]:
+    t: Turns[str, str] = Turns(SharingRules(), 60.0)
+    t.set_gpus({trainer: frozenset({0}), other: frozenset({0})})
+    t.set_memory({trainer: {0: TRAINER_32B}, other: {0: ROLLOUT_7B}}, {0: H200_MIB})
+    return t
+
+
+def test_a_sync_parks_a_working_partner_that_stops_at_safe_points() -> None:
+    t, [synced] = trainer_working_sync_waiting(safe_points=True)
+    assert synced.ticket == "ts" and synced.park == ("t",) and synced.restore
+    assert t.stopped() == ["t"] and t.working() == {"s": ["network"]}
+
+
+def test_a_sync_waits_for_a_partner_that_promised_no_safe_points() -> None:
+    t, admitted = trainer_working_sync_waiting(safe_points=False)
+    assert admitted == [] and t.stopped() == []
+
+
+def test_a_sync_waits_for_a_phase_about_to_end_or_of_unknown_length() -> None:
+    # 55 s of training: at 50 s, 5 s are left, less than the sync (5 s) and
+    # the trainer's copies (3.8 s) would cost it; at 40 s, 15 s are left.
+    assert gate_room.worth_stopping(15.0, 5.0, TRAINER_32B)
+    assert not gate_room.worth_stopping(5.0, 5.0, TRAINER_32B)
+    t, admitted = trainer_working_sync_waiting(safe_points=True, at=50.0)
+    assert admitted == [] and t.stopped() == []
+    t, [synced] = trainer_working_sync_waiting(safe_points=True, at=40.0)
+    assert synced.park == ("t",)
+    # Without declared cycles the gate cannot tell what is left: it waits.
+    t, admitted = trainer_working_sync_waiting(safe_points=True, declared=False)
+    assert admitted == [] and t.stopped() == []
+
+
+def test_the_gates_copy_floors_are_the_simulators() -> None:
+    round_trip = hw.MIB / hw.PCIE_D2H_BYTES_PER_S + hw.MIB / hw.PCIE_H2D_BYTES_PER_S
+    assert pytest.approx(round_trip) == gate_room.ROUND_TRIP_S_PER_MIB
+
+
+def test_only_a_sync_parks_a_working_partner() -> None:
+    t = memory_turns_named("t", "s")
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt", safe_points=True)
+    t.admit(0.0)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    assert not t.enter("s", "s0", Phase.ROLLOUT, 1.0, "ts")
+    assert t.admit(1.0) == [] and t.stopped() == []
+
+
+def test_a_stopped_partner_comes_back_first_once_the_sync_has_left() -> None:
+    t, _ = trainer_working_sync_waiting(safe_points=True)
+    t.set_memory({"s": {0: ROLLOUT_7B}}, {0: H200_MIB})
+    # While s syncs, t waits to come back with no ticket: nobody asked.
+    assert t.admit(1.5) == [] and t.waiting() == {"t": 1.0}
+    # s's sync ends and it asks for its rollout: t comes back first (its room
+    # was kept for it: s's rollout counts it at its peak and waits).
+    assert not t.enter("s", "s0", Phase.ROLLOUT, 2.0, "ts2")
+    [back] = t.admit(2.0)
+    assert back.ticket is None and back.pod == "t" and back.restore and back.park == ("s",)
+    assert t.stopped() == [] and t.working() == {"t": ["compute"]}
+    assert t.waiting() == {"s": 2.0}
+
+
+def test_a_stopped_pod_keeps_its_room_from_other_entrants() -> None:
+    t, _ = trainer_working_sync_waiting(safe_points=True)
+    t.set_memory({"s": {0: ROLLOUT_7B}}, {0: H200_MIB})
+    t.enter("s", "s0", Phase.IDLE, 2.0, "ts2")  # s idles: t may come back
+    [back] = t.admit(2.0)
+    assert back.pod == "t" and back.park == ("s",)
+
+
+def test_a_sync_whose_park_failed_waits_and_the_partner_works_on() -> None:
+    t, [synced] = trainer_working_sync_waiting(safe_points=True)
+    t.requeue(synced, parked=[])  # t never reached a safe point in time
+    assert t.stopped() == [] and t.working() == {"t": ["compute"]}
+    assert t.waiting() == {"s": 1.0} and t.admit(1.5) == []
+
+
+def test_a_comeback_whose_restore_failed_waits_to_come_back_again() -> None:
+    t, _ = trainer_working_sync_waiting(safe_points=True)
+    t.set_memory({"s": {0: ROLLOUT_7B}}, {0: H200_MIB})
+    t.enter("s", "s0", Phase.IDLE, 2.0, "ts2")
+    [back] = t.admit(2.0)
+    t.requeue(back, parked=[])  # s stayed; t's restore failed
+    assert t.stopped() == ["t"] and t.waiting() == {"t": 1.0}
+    [again] = t.admit(3.0)
+    assert again.pod == "t" and again.ticket is None
+
+
+def test_a_stopped_pod_whose_processes_left_is_not_brought_back() -> None:
+    t, _ = trainer_working_sync_waiting(safe_points=True)
+    t.leave("t0")
+    assert t.stopped() == [] and "t" not in t.waiting()
+
+
+def test_room_for_parks_pods_that_do_not_work_before_interruptible_ones() -> None:
+    fp = {"e": {0: 50}, "w": {0: 40}, "i": {0: 30}}
+    assert room_for("e", fp, set(fp), {"w"}, {0: 100}, interruptible={"w"}) == Room(("i",))
+    assert room_for("e", fp, set(fp), {"w", "i"}, {0: 100}, interruptible={"w"}) == Room(("w",))

@@ -40,6 +40,15 @@ it replaced. Memory is the one thing a wait's bound does not override: a
 pod whose memory does not fit beside pods that work waits for them however
 long, as running a GPU out of memory loses more than any wait. Without
 ``set_memory`` the gate decides on phases alone, as before.
+
+A weight sync is the one entrant that may park pods that work
+(``gate_room.parks_working_for``), and only pods whose every working process
+said it stops at safe points (``enter``'s ``safe_points``). Such a pod is
+*stopped*: the caller parks it at its next safe point, and the gate brings
+it back itself (a stopped process waits inside its phase and asks nothing),
+as an admission with no ticket, ahead of every other waiter, where it fits
+again. Until then the room it had is kept for it: every other entrant
+counts it as working at its peak.
 """
 
 from __future__ import annotations
@@ -49,7 +58,13 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from rlix.core.phases import Phase, Shape, shape_of
-from rlix.core.policy.placement.gate_room import Footprint, Room, room_for
+from rlix.core.policy.placement.gate_room import (
+    Footprint,
+    Room,
+    parks_working_for,
+    room_for,
+    worth_stopping,
+)
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
 from rlix.core.policy.placement.sharing import SharingRules, takes_turns
 from rlix.core.snapshot import PhaseLoad
@@ -65,9 +80,10 @@ Cycle = tuple[tuple[PhaseLoad, ...], float]
 @dataclass(frozen=True, slots=True)
 class Admitted(Generic[T]):
     """A waiter that may go now, once the caller has parked the pods in
-    ``park`` and, where ``restore``, brought its own pod's memory back."""
+    ``park`` and, where ``restore``, brought its own pod's memory back. No
+    ``ticket``: a stopped pod coming back (nobody to answer)."""
 
-    ticket: T
+    ticket: T | None
     waited_s: float
     expired: bool  # went in because its wait reached max_wait_s, not because it gains
     park: tuple[str, ...] = ()
@@ -92,7 +108,9 @@ class _Waiter(Generic[T]):
     process: Any
     busy: Busy
     since: float
-    ticket: T
+    ticket: T | None
+    phase: Phase | None = None
+    safe_points: bool = False  # its process stops at safe points in that phase
     # Past its bound but held because its memory does not fit: no deadline of
     # its own any more (it goes when room is made, see ``admit``).
     held_by_memory: bool = False
@@ -102,6 +120,13 @@ class _Waiter(Generic[T]):
 class _Pod:
     # process -> its busy phase (processes are the caller's type: Turns' P)
     working: dict[Any, Busy] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Comeback:
+    """The key of a stopped pod's wait to come back (it has no process that asks)."""
+
+    pod: str
 
 
 class Turns(Generic[P, T]):
@@ -117,7 +142,7 @@ class Turns(Generic[P, T]):
         self._pods: dict[str, _Pod] = {}
         self._gpus: dict[str, frozenset[int]] = {}
         self._cycles: dict[str, Cycle] = {}
-        self._waiting: dict[P, _Waiter[T]] = {}
+        self._waiting: dict[P | _Comeback, _Waiter[T]] = {}
         self._pod_of: dict[P, str] = {}
         # Parked pods: the busy phase each of their processes was in (or was
         # let into when the pod was parked), to work in again once restored.
@@ -136,6 +161,12 @@ class Turns(Generic[P, T]):
         self._footprints: dict[str, dict[int, int]] = {}
         self._gate_parked: set[str] = set()
         self._arriving: set[str] = set()
+        # Pods parked while they worked (a sync's room): brought back by the gate.
+        self._stopped: set[str] = set()
+        # Per process in a busy phase: the phase and when it went in, and
+        # whether it stops at safe points there (kept while it is parked).
+        self._since: dict[Any, tuple[Phase, float]] = {}
+        self._stoppable: set[Any] = set()
 
     # -- what the agent tells it -------------------------------------------------
     def set_gpus(self, gpus: Mapping[str, frozenset[int]]) -> None:
@@ -198,13 +229,26 @@ class Turns(Generic[P, T]):
         brought back some other way, or the pod is gone."""
         self._gate_parked.discard(pod)
         self._arriving.discard(pod)
+        if pod in self._stopped:  # its processes work on, wherever it came back
+            self._stopped.discard(pod)
+            self._waiting.pop(_Comeback(pod), None)
 
-    def enter(self, pod: str, process: P, phase: Phase, now: float, ticket: T) -> bool:
+    def enter(
+        self,
+        pod: str,
+        process: P,
+        phase: Phase,
+        now: float,
+        ticket: T,
+        *,
+        safe_points: bool = False,
+    ) -> bool:
         """``process`` of ``pod`` is about to enter ``phase`` (ending the one it was in).
 
         True: it goes now. False: it waits, and ``ticket`` comes back from
         :meth:`admit` when it may go (also where it may go at once but only
-        after memory moves, which the admission names).
+        after memory moves, which the admission names). ``safe_points``: it
+        stops at safe points inside ``phase``, so a sync may park it there.
         """
         self._forget_process(process, now)
         self._pod_of[process] = pod
@@ -212,10 +256,10 @@ class Turns(Generic[P, T]):
         if shape is Shape.NONE:
             return True  # idle: nothing to wait for, and it stops holding
         busy: Busy = (shape, 1.0)  # a cluster knows no pressure below full
-        if self._works(pod) or self._goes_without_moves(pod, busy):
-            self._pods.setdefault(pod, _Pod()).working[process] = busy
+        if self._works(pod) or self._goes_without_moves(pod, busy, phase, now):
+            self._set_working(pod, process, busy, phase, now, safe_points=safe_points)
             return True
-        self._waiting[process] = _Waiter(pod, process, busy, now, ticket)
+        self._waiting[process] = _Waiter(pod, process, busy, now, ticket, phase, safe_points)
         return False
 
     def returned(self, pod: str, process: P, phase: Phase, now: float, *, adopt: bool) -> bool:
@@ -232,7 +276,7 @@ class Turns(Generic[P, T]):
         self._pod_of[process] = pod
         shape = shape_of(phase)
         if shape is not Shape.NONE:
-            self._pods.setdefault(pod, _Pod()).working[process] = (shape, 1.0)
+            self._set_working(pod, process, (shape, 1.0), phase, now, safe_points=False)
         return True
 
     def leave(self, process: P) -> None:
@@ -248,7 +292,7 @@ class Turns(Generic[P, T]):
         held: dict[Any, Busy] = dict(state.working) if state is not None else {}
         out = []
         for process, waiter in list(self._waiting.items()):
-            if waiter.pod == pod:
+            if waiter.pod == pod and not isinstance(process, _Comeback):
                 del self._waiting[process]
                 out.append(Admitted(waiter.ticket, now - waiter.since, expired=False))
                 held[process] = waiter.busy  # it goes into its phase once restored
@@ -265,8 +309,13 @@ class Turns(Generic[P, T]):
             self._pods.setdefault(pod, _Pod()).working.update(held)
 
     def parked(self) -> list[str]:
-        """Pods parked while a process of theirs was busy (``restore_pod`` brings it back)."""
+        """Pods parked while a process of theirs was busy (``restore_pod`` brings
+        it back; for a pod the gate stopped, the gate's own comeback)."""
         return sorted(self._parked)
+
+    def stopped(self) -> list[str]:
+        """Pods the gate parked while they worked, to bring back itself."""
+        return sorted(self._stopped)
 
     # -- what it answers ---------------------------------------------------------
     def admit(self, now: float) -> list[Admitted[T]]:
@@ -277,13 +326,20 @@ class Turns(Generic[P, T]):
         admission are parked; first, any wait that ended since without a
         turn (its process asked again)."""
         out, self._ended = self._ended, []
-        for process, waiter in sorted(self._waiting.items(), key=lambda kv: kv[1].since):
+        order = sorted(
+            self._waiting.items(), key=lambda kv: (not isinstance(kv[0], _Comeback), kv[1].since)
+        )
+        for process, waiter in order:
+            if process not in self._waiting:
+                continue  # a comeback dropped by a stop made just before
             waited = now - waiter.since
+            comeback = isinstance(process, _Comeback)
             works = self._works(waiter.pod)
-            goes = works or self._may_enter(waiter.pod, waiter.busy)
+            # A stopped pod is mid-phase: it goes back wherever it fits.
+            goes = works or comeback or self._may_enter(waiter.pod, waiter.busy)
             if not goes and waited < self.max_wait_s:
                 continue
-            room = Room() if works else self._room(waiter.pod)
+            room = Room() if works else self._room(waiter.pod, waiter.phase, now)
             if room is None:
                 waiter.held_by_memory = waited >= self.max_wait_s
                 continue
@@ -291,9 +347,20 @@ class Turns(Generic[P, T]):
             restore = waiter.pod in self._gate_parked
             self._gate_parked.difference_update({waiter.pod})
             self._gate_parked.update(room.park)
+            for stopped in room.park:
+                self._stop(stopped, now)
             if restore:
                 self._arriving.add(waiter.pod)
-            self._pods.setdefault(waiter.pod, _Pod()).working[process] = waiter.busy
+            if comeback:  # back in the phase it was stopped in
+                self._stopped.discard(waiter.pod)
+                self._pods.setdefault(waiter.pod, _Pod()).working.update(
+                    self._parked.pop(waiter.pod, {})
+                )
+            else:
+                phase = waiter.phase or Phase.IDLE
+                self._set_working(
+                    waiter.pod, process, waiter.busy, phase, now, safe_points=waiter.safe_points
+                )
             out.append(
                 Admitted(
                     waiter.ticket,
@@ -313,11 +380,25 @@ class Turns(Generic[P, T]):
         memory where it is."""
         waiter = admitted.waiter
         assert waiter is not None, "only an admission made by admit() can be requeued"
-        self._gate_parked.difference_update(set(admitted.park) - set(parked))
+        unmoved = set(admitted.park) - set(parked)
+        self._gate_parked.difference_update(unmoved)
+        for pod in unmoved & self._stopped:
+            # It never left: it works on, not stopped again in this phase (it
+            # did not reach a safe point in time; trying again would hold
+            # the next sync as long).
+            self._stopped.discard(pod)
+            self._waiting.pop(_Comeback(pod), None)
+            self._stoppable.difference_update(self._parked.get(pod, {}))
+            self.restore_pod(pod)
         if admitted.restore:
             self._arriving.discard(waiter.pod)
             self._gate_parked.add(waiter.pod)
+        if isinstance(waiter.process, _Comeback):  # still parked: it waits to come back
+            self._stop(waiter.pod, waiter.since)
+            return
         state = self._pods.get(waiter.pod)
+        self._since.pop(waiter.process, None)
+        self._stoppable.discard(waiter.process)
         if state is not None:
             state.working.pop(waiter.process, None)
             if not state.working:
@@ -356,27 +437,98 @@ class Turns(Generic[P, T]):
         return out
 
     # -- internals ---------------------------------------------------------------
-    def _goes_without_moves(self, pod: str, busy: Busy) -> bool:
+    def _set_working(
+        self, pod: str, process: Any, busy: Busy, phase: Phase, now: float, *, safe_points: bool
+    ) -> None:
+        self._pods.setdefault(pod, _Pod()).working[process] = busy
+        self._since[process] = (phase, now)
+        if safe_points:
+            self._stoppable.add(process)
+        else:
+            self._stoppable.discard(process)
+
+    def _declared_s(self, pod: str, phase: Phase) -> float | None:
+        """The seconds of ``phase`` in ``pod``'s declared cycle (None: it declares none)."""
+        cycle = self._cycles.get(pod)
+        if cycle is None:
+            return None
+        profile, iteration_s = cycle
+        return sum(seg.share for seg in profile if seg.phase is phase) * iteration_s
+
+    def _left_s(self, pod: str, now: float) -> float | None:
+        """How long ``pod`` has left in the phases its processes work in, by its
+        declared cycle (None: unknown)."""
+        state = self._pods.get(pod)
+        if state is None or not state.working:
+            return None
+        left = []
+        for process in state.working:
+            since = self._since.get(process)
+            declared = None if since is None else self._declared_s(pod, since[0])
+            if since is None or not declared:
+                return None
+            left.append(declared - (now - since[1]))
+        return max(left)
+
+    def _may_stop(self, pod: str, entrant: str, now: float) -> bool:
+        """Whether ``entrant``'s sync may park ``pod``, which works: each of its
+        working processes stops at safe points, and its phase has longer left
+        than stopping it costs (``gate_room.worth_stopping``)."""
+        state = self._pods.get(pod)
+        if state is None or not state.working or not state.working.keys() <= self._stoppable:
+            return False
+        sync_s = self._declared_s(entrant, Phase.WEIGHT_SYNC) or 0.0
+        held = max(self._at_peak(pod).values(), default=0)
+        return worth_stopping(self._left_s(pod, now), sync_s, held)
+
+    def _stop(self, pod: str, since: float) -> None:
+        """``pod`` is parked (or being parked) by an admission: if it worked,
+        it is stopped mid-phase, and waits, from ``since``, to come back."""
+        state = self._pods.pop(pod, None)
+        if state is not None and state.working:
+            self._parked.setdefault(pod, {}).update(state.working)
+        if pod not in self._parked:
+            return  # it did not work: it comes back when it asks to go in
+        self._stopped.add(pod)
+        busy = next(iter(self._parked[pod].values()))
+        key = _Comeback(pod)
+        self._waiting[key] = _Waiter(pod, key, busy, since, None)
+
+    def _goes_without_moves(self, pod: str, busy: Busy, phase: Phase, now: float) -> bool:
         """It gains by entering, and its memory is on its GPUs with room beside
         the pods there (nothing to park, nothing to bring back)."""
         if not self._may_enter(pod, busy) or pod in self._gate_parked:
             return False
-        return self._room(pod) == Room()
+        return self._room(pod, phase, now) == Room()
 
-    def _room(self, pod: str) -> Room | None:
-        """What must be parked for ``pod`` to work (``gate_room``); Room() where
-        memory is not known. It and the pods that work count at their peak
-        (they may grow to it in their phase), the others at what they hold."""
+    def _room(self, pod: str, phase: Phase | None = None, now: float = 0.0) -> Room | None:
+        """What must be parked for ``pod`` to work (``gate_room``), entering
+        ``phase``; Room() where memory is not known. It and the pods that work
+        count at their peak (they may grow to it in their phase), and so do
+        the stopped pods (their room is kept for them), the others at what
+        they hold. A sync may park pods that work and stop at safe points."""
         if self._capacity is None:
             return Room()
-        working = set(self._pods)
+        stopped = self._stopped - {pod}
+        working = set(self._pods) | stopped
         need = {
             p: self._at_peak(p) if p == pod or p in working else dict(footprint)
             for p, footprint in self._footprints.items()
         }
         need[pod] = self._at_peak(pod)
-        resident = set(self._footprints) - self._gate_parked
-        return room_for(pod, need, resident, working, self._capacity, movable=self._movable)
+        resident = (set(self._footprints) - self._gate_parked) | stopped
+        interruptible: set[str] = set()
+        if phase is not None and parks_working_for(phase):
+            interruptible = {p for p in self._pods if p != pod and self._may_stop(p, pod, now)}
+        return room_for(
+            pod,
+            need,
+            resident,
+            working,
+            self._capacity,
+            movable=self._movable,
+            interruptible=interruptible,
+        )
 
     def _at_peak(self, pod: str) -> dict[int, int]:
         held = self._footprints.get(pod, {})
@@ -418,6 +570,8 @@ class Turns(Generic[P, T]):
         """Drop what ``process`` holds or waits for; given ``now`` (it asks
         again), its wait is answered by the next admit."""
         waiter = self._waiting.pop(process, None)
+        self._since.pop(process, None)
+        self._stoppable.discard(process)
         if waiter is not None and now is not None:
             self._ended.append(Admitted(waiter.ticket, now - waiter.since, expired=False))
         pod = self._pod_of.get(process)
@@ -428,6 +582,10 @@ class Turns(Generic[P, T]):
             parked.pop(process, None)
             if not parked:
                 del self._parked[pod]
+                # Nothing left to bring back to its phase; its record goes its way.
+                if pod in self._stopped:
+                    self._stopped.discard(pod)
+                    self._waiting.pop(_Comeback(pod), None)
         if pod not in self._pods:
             return
         working = self._pods[pod].working
