@@ -12,12 +12,17 @@
   idle or waiting, is parked, and is brought back at its own turn. Their
   training phases never overlap, every report of a peak fits the simulated
   GPU, both are parked and restored, and each one's buffer is what it was.
+- A trainer that stops at safe points (``safe_points=True``) beside a pod that
+  syncs weights (e2e/probes/sync_stop_trainer.py): each sync that does not
+  fit parks the trainer inside its training phase, and the agent brings it
+  back there.
 
 Run with ``make test-node`` (marker ``realnode``; root).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +31,11 @@ from typing import Any
 import pytest
 
 from e2e.realnode_pods import advertised_gpus, agent_daemonset, probe_pod, run_until_done
-from rlix.core.names import ANNOTATION_GPU_MEMORY_MIB, ANNOTATION_SUSPENDED
+from rlix.core.names import (
+    ANNOTATION_GPU_MEMORY_MIB,
+    ANNOTATION_PHASE_SECONDS,
+    ANNOTATION_SUSPENDED,
+)
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
 
@@ -96,4 +105,70 @@ def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
         assert of(p, "parked") and of(p, "restored"), (p, events[p])
         assert of(p, "done")[0]["same"], f"{p}'s memory did not come back as it was"
         # Turns, not suspensions: nothing tells a conductor they are suspended.
+        assert ANNOTATION_SUSPENDED not in notes[p], notes[p]
+
+
+SYNC_PROBE = Path(__file__).parent / "probes" / "sync_stop_trainer.py"
+
+
+def test_a_weight_sync_parks_a_trainer_mid_phase_at_its_safe_points(
+    dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str]
+) -> None:
+    """A trainer in 12 s training phases that calls ``rlix.safe_point()`` and
+    says so (``safe_points=True``), beside a pod that syncs weights every 2 s;
+    their peaks do not fit the GPU together. Each sync parks the trainer at a
+    safe point inside its phase instead of waiting for the phase to end, and
+    the agent brings it back, its buffer intact, once the sync has left."""
+    start_at = time.time() + START_DELAY_S
+    common = {
+        "START_AT": str(start_at),
+        "END_AT": str(start_at + 2 * WINDOW_S),
+        "PEAK_MIB": str(PEAK_MIB),
+        "WEIGHTS_MIB": str(WEIGHTS_MIB),
+    }
+    # Their cycles (as the operator writes them from a job's phaseProfile):
+    # the gate stops the trainer only with enough of its phase left to pay.
+    cycles = {"trainer": {"training": 12, "idle": 0.3}, "syncer": {"weight-sync": 0.5, "idle": 1.5}}
+    roles = {"stop-trainer": "trainer", "stop-syncer": "syncer"}
+    events, notes = run_until_done(
+        dev,
+        agent,
+        [
+            probe_pod(
+                real_node,
+                p,
+                SYNC_PROBE,
+                env={**common, "ROLE": r},
+                annotations={
+                    ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB),
+                    ANNOTATION_PHASE_SECONDS: json.dumps(cycles[r]),
+                },
+            )
+            for p, r in roles.items()
+        ],
+    )
+
+    def of(pod: str, kind: str) -> list[dict[str, Any]]:
+        return [e for e in events[pod] if e["event"] == kind]
+
+    trainer, syncer = of("stop-trainer", "phase"), of("stop-syncer", "phase")
+    stops = of("stop-trainer", "stopped")
+    print(f"trainer: {len(trainer)} phases, {len(stops)} stopped mid-phase; syncer: {len(syncer)}")
+    assert all(of(p, "ready")[0]["stops"] for p in roles), events
+    assert len(trainer) >= 2 and len(syncer) >= 3, events
+    # Parked at safe points inside its training phases, and brought back
+    # there: the park and the restore fall between its phase's start and end.
+    assert stops, f"no sync parked the trainer mid-phase: {events}"
+    inside = [
+        s for s in stops for ph in trainer if ph["entered"] < s["at"] and s["back"] < ph["left"]
+    ]
+    assert len(inside) == len(stops), events
+    # A sync went in while the trainer's phase was open (it did not wait for
+    # the phase's end), and no report of a peak was refused: memory fit.
+    assert any(ph["entered"] < sy["entered"] < ph["left"] for ph in trainer for sy in syncer), (
+        events
+    )
+    assert not [e for p in roles for e in of(p, "refused")], events
+    for p in roles:
+        assert of(p, "done")[0]["same"], f"{p}'s memory did not come back as it was"
         assert ANNOTATION_SUSPENDED not in notes[p], notes[p]

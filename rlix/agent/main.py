@@ -299,7 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
         "largest first, and a pod the gate parked is brought back before it goes in. So "
         "two pods that take turns need the larger of their peaks, not both. A gate park "
         "is a turn, not a suspension: it is not published as rlix.io/suspended and "
-        "`rlix agent status` shows it 'parked at the phase gate'. Experimental: the "
+        "`rlix agent status` shows it 'parked at the phase gate'. A weight sync may also "
+        "park a pod that works, at its next safe point, where its processes said they stop "
+        "at safe points (rlix.phase(..., safe_points=True)) and its declared cycle leaves "
+        "more of its phase than the stop costs; the gate brings it back once the sync has "
+        "left. Experimental: the "
         "extender and the operator put pairs on a GPU that only fit this way when given "
         "--park-at-gate too (docs/node-agent.md, 'Parking at the gate')",
     )

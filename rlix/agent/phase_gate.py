@@ -119,12 +119,18 @@ class PhaseGate:
         self._changed = threading.Condition(self._lock)
         self.max_wait_s = max_wait_s
 
-    def enter(self, pod: str, process: object, phase: Phase, go: Go) -> bool:
+    def enter(
+        self, pod: str, process: object, phase: Phase, go: Go, *, safe_points: bool = False
+    ) -> bool:
         """``process`` (of pod uid ``pod``) enters ``phase``. True: it goes now;
-        False: ``go`` is called when it may (from another thread)."""
+        False: ``go`` is called when it may (from another thread).
+        ``safe_points``: it stops at safe points in ``phase`` (a parking gate
+        may park it there for a partner's weight sync, ``Turns``)."""
         with self._lock:
             released = self._refresh()
-            goes = self._turns.enter(pod, process, phase, self._clock(), go)
+            goes = self._turns.enter(
+                pod, process, phase, self._clock(), go, safe_points=safe_points
+            )
             released += self._admit()
             self._changed.notify_all()
         self._release(released)
@@ -170,6 +176,7 @@ class PhaseGate:
                 "waitingS": {p: round(now - t, 3) for p, t in self._turns.waiting().items()},
                 "parksAtGate": self.parks,
                 "gateParked": self._turns.gate_parked(),
+                "gateStopped": self._turns.stopped(),
                 "peaksMiB": self._turns.peaks(),
             }
 
@@ -246,7 +253,9 @@ class PhaseGate:
             if pod not in mine and self._parked(pod):
                 out += self._turns.forget_pod(pod, now)
         for pod in self._turns.parked():
-            if not self._parked(pod):  # restored: it works again in the phase it was in
+            # Restored: it works again in the phase it was in. One the gate
+            # stopped (or is stopping) comes back by the gate's own move.
+            if pod not in mine and not self._parked(pod):
                 self._turns.restore_pod(pod)
         return out
 
@@ -302,6 +311,8 @@ class PhaseGate:
         for a in released:
             if a.park or a.restore:
                 continue  # queued for the mover (``_admit``): answered once its room is made
+            if a.ticket is None:
+                continue  # a stopped pod came back: it asked nothing
             self._on_wait(a.waited_s, a.expired)
             try:
                 a.ticket(a.waited_s, a.expired)

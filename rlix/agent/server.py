@@ -215,7 +215,13 @@ class AgentServer:
             gate = (
                 None
                 if self.gate is None
-                else {"maxWaitS": self.gate.max_wait_s, "parksAtGate": self.gate.parks}
+                else {
+                    "maxWaitS": self.gate.max_wait_s,
+                    "parksAtGate": self.gate.parks,
+                    # A sync may park a process at its safe points: it may
+                    # say which phases it stops at ("safe_points").
+                    "stopsAtSafePoints": self.gate.parks,
+                }
             )
             return proto.encode_reply(req.id, pod=pod.key, node=self._node, phaseGate=gate, **state)
         if req.op == proto.OP_PHASE:
@@ -231,8 +237,13 @@ class AgentServer:
                 raise proto.ProtocolError(
                     proto.E_BAD_FIELD, "'wait' must be true or false", msg_id=req.id
                 )
+            safe_points = req.args.get("safe_points", False)
+            if not isinstance(safe_points, bool):
+                raise proto.ProtocolError(
+                    proto.E_BAD_FIELD, "'safe_points' must be true or false", msg_id=req.id
+                )
             if wait and self.gate is not None:
-                return self._gated_phase(conn, req.id, phase)
+                return self._gated_phase(conn, req.id, phase, safe_points=safe_points)
             since = self._set_phase(pod.uid, pod, phase)
             if self.gate is not None:  # in that phase now, inside a block, or not taking part
                 self.gate.returned(pod.uid, conn, phase, adopt=conn.reports_phase_now)
@@ -254,10 +265,13 @@ class AgentServer:
             raise proto.ProtocolError(proto.E_BAD_FIELD, str(exc), msg_id=req.id) from None
         return proto.encode_reply(req.id)
 
-    def _gated_phase(self, conn: Connection, msg_id: int, phase: Phase) -> bytes | None:
+    def _gated_phase(
+        self, conn: Connection, msg_id: int, phase: Phase, *, safe_points: bool = False
+    ) -> bytes | None:
         """Let the process into ``phase`` through the gate: the reply now, or
         None and the reply once the gate lets it in (its phase is recorded
-        and published then, not while it waits)."""
+        and published then, not while it waits). ``safe_points``: it stops at
+        safe points in ``phase``, so a partner's weight sync may park it there."""
         pod = conn.caller.pod
         assert pod is not None and self.gate is not None
 
@@ -268,7 +282,7 @@ class AgentServer:
             )
             conn.send_if_open(reply)
 
-        if not self.gate.enter(pod.uid, conn, phase, go):
+        if not self.gate.enter(pod.uid, conn, phase, go, safe_points=safe_points):
             return None
         since = self._set_phase(pod.uid, pod, phase)
         return proto.encode_reply(msg_id, since=since, waited_s=0.0, expired=False)

@@ -49,10 +49,18 @@ def configure(socket_path: str | None) -> None:
         _state["runtime"] = Runtime(socket_path)
 
 
-def phase(name: str | Phase) -> AbstractContextManager[Phase]:
+def phase(name: str | Phase, *, safe_points: bool = False) -> AbstractContextManager[Phase]:
     """``with rlix.phase("rollout"):`` -- report the phase; a pending suspend
-    takes effect before the block starts, never inside it."""
-    return _get().phase(name)
+    takes effect before the block starts, never inside it.
+
+    ``safe_points=True``: this block calls ``rlix.safe_point()`` between its
+    steps (e.g. after each optimizer step). Where the node agent parks at its
+    phase gate, a partner's weight sync that does not fit beside this pod may
+    then park it at its next safe point, for the sync's seconds, instead of
+    waiting for the whole phase to end; the agent brings it back, bit for
+    bit, once the sync has left. Promise it only where safe points come
+    often: the sync waits for the next one."""
+    return _get().phase(name, safe_points=safe_points)
 
 
 def safe_point() -> None:

@@ -82,6 +82,7 @@ class Runtime:
         # The gate parks pods for each other's turns (``--park-at-gate``): ask
         # it while parked, and wait for its answer without a bound of our own.
         self.gate_parks = False
+        self.gate_stops = False
         self.link: AgentLink | None = None
         if socket_path:
             self.link = AgentLink(
@@ -98,7 +99,7 @@ class Runtime:
 
     # -- trainer side ------------------------------------------------------------
     @contextlib.contextmanager
-    def phase(self, phase: str | Phase) -> Iterator[Phase]:
+    def phase(self, phase: str | Phase, *, safe_points: bool = False) -> Iterator[Phase]:
         parsed = parse_phase(phase)
         if self.link is None:  # no-op mode: one validation, nothing else
             previous, self.phase_now = self.phase_now, parsed
@@ -118,7 +119,7 @@ class Runtime:
         token, previous = self._open_block(parsed)
         if gated:
             try:
-                self._enter_through_gate(parsed)
+                self._enter_through_gate(parsed, safe_points=safe_points)
                 with self._cv:
                     self._cv.wait_for(self._may_run)  # a suspend may have come meanwhile
                     self._active += 1
@@ -159,10 +160,13 @@ class Runtime:
             self.phase_now = self._open[-1][1] if self._open else None
             return self.phase_now
 
-    def _enter_through_gate(self, phase: Phase) -> None:
-        """Report ``phase`` and wait until the agent's phase gate lets us in."""
+    def _enter_through_gate(self, phase: Phase, *, safe_points: bool = False) -> None:
+        """Report ``phase`` and wait until the agent's phase gate lets us in;
+        ``safe_points``: say that this block calls ``safe_point()`` (where the
+        agent takes it)."""
         assert self.link is not None and self.gate_wait_s is not None
-        fut = self.link.request(proto.OP_PHASE, phase=phase.value, wait=True)
+        extra = {"safe_points": True} if safe_points and self.gate_stops else {}
+        fut = self.link.request(proto.OP_PHASE, phase=phase.value, wait=True, **extra)
         # A parking gate holds a pod whose memory does not fit past the bound
         # (going in would run the GPU out of memory); a lost agent still ends
         # the wait (AgentUnavailableError).
@@ -223,6 +227,11 @@ class Runtime:
             self.gate_wait_s = None
         parks = isinstance(gate, dict) and gate.get("parksAtGate") is True
         self.gate_parks = self.gate_wait_s is not None and parks
+        # Whether it takes "safe_points" with a phase (an older agent refuses
+        # a field it does not know).
+        self.gate_stops = (
+            self.gate_parks and isinstance(gate, dict) and gate.get("stopsAtSafePoints") is True
+        )
 
     def _hello(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = [(proto.OP_HELLO, self._hello_args())]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -17,6 +18,8 @@ from rlix.agent.parking_state import PARKED_BY_GATE, SuspendedPod
 from rlix.agent.phase_gate import PhaseGate
 from rlix.core.phases import Phase
 from rlix.core.policy.placement.sharing import SharingRules
+from rlix.core.policy.placement.turns import Cycle
+from rlix.core.snapshot import load_profile_of
 
 GPU_MIB = 81_920
 PEAK = 50_000
@@ -81,7 +84,9 @@ def node() -> Node:
 
 
 @contextlib.contextmanager
-def running_gate(node: Node) -> Iterator[PhaseGate]:
+def running_gate(
+    node: Node, cycles: Callable[[], Mapping[str, Cycle]] = dict
+) -> Iterator[PhaseGate]:
     """A parking gate on ``node``, its loop (and so its mover) running."""
     g = PhaseGate(
         SharingRules(),
@@ -90,6 +95,7 @@ def running_gate(node: Node) -> Iterator[PhaseGate]:
         parked=node.is_parked,
         memory=node.memory,
         moves=node,
+        cycles=cycles,
     )
     stop = threading.Event()
     runner = threading.Thread(target=g.run, args=(stop,), daemon=True)
@@ -257,3 +263,62 @@ def test_a_gate_parks_record_says_so_and_keeps_what_it_held() -> None:
     back = SuspendedPod.from_doc(older)
     assert back.by == "" and back.held_mib == {}
     assert "by" not in back.to_doc()
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# a trains for a minute a cycle, b syncs for a second: stopping a (its
+# 50,000 MiB out and back, about 2.3 s, and b's sync) costs less than
+# waiting for a's phase to end.
+CYCLES = {
+    "a": load_profile_of({Phase.TRAINING: 60.0, Phase.IDLE: 60.0}),
+    "b": load_profile_of({Phase.WEIGHT_SYNC: 1.0, Phase.IDLE: 119.0}),
+}
+
+
+def test_a_sync_parks_a_working_partner_at_its_safe_points_and_the_gate_brings_it_back(
+    node: Node,
+) -> None:
+    # a trains, saying it stops at safe points; b's sync does not fit beside
+    # a's peak: a is parked (the agent's suspend lands at a's next safe
+    # point), b goes in, and once b's sync has left the gate brings a back
+    # itself (a waits inside its phase and asks nothing), parking b, idle.
+    with running_gate(node, lambda: CYCLES) as gate:
+        sync_parks_and_brings_back(gate, node)
+
+
+def sync_parks_and_brings_back(gate: PhaseGate, node: Node) -> None:
+    assert gate.enter("a", "a0", Phase.TRAINING, Answers(), safe_points=True)
+    synced = Answers()
+    assert not gate.enter("b", "b0", Phase.WEIGHT_SYNC, synced)
+    assert synced.got.wait(10), gate.status()
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "a")]
+    assert gate.status()["gateStopped"] == ["a"]
+    assert gate.status()["working"] == {"b": ["network"]}
+    node.resident["b"] = {0: PEAK}
+    assert gate.enter("b", "b0", Phase.IDLE, Answers())
+    assert wait_for(lambda: len(node.moves) == 3), (node.moves, gate.status())
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "a"), ("park", "b"), ("restore", "a")]
+    status = gate.status()
+    assert status["gateStopped"] == [] and status["working"] == {"a": ["compute"]}
+    assert status["waitingS"] == {} and len(synced.calls) == 1
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["no-safe-points", "no-cycles"])
+def test_a_sync_waits_for_a_working_partner_without_safe_points_or_a_cycle(
+    node: Node, declared: bool
+) -> None:
+    with running_gate(node, (lambda: CYCLES) if declared else dict) as gate:
+        assert gate.enter("a", "a0", Phase.TRAINING, Answers(), safe_points=not declared)
+        synced = Answers()
+        assert not gate.enter("b", "b0", Phase.WEIGHT_SYNC, synced)
+        gate.poke()
+        assert not synced.got.wait(0.5)
+        assert node.moves == [] and gate.status()["gateStopped"] == []

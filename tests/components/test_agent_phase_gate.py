@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from rlix.agent.main import main
 from rlix.cli.main import main as rlix_main
 from rlix.core import agent_protocol as proto
 from rlix.core.names import ANNOTATION_PHASE
+from rlix.core.phases import Phase
 from rlix.devcluster.processes import free_ports
 from tests.components.pod_processes import wait_connected
 from tests.support.agent_fakes import AgentProcess
@@ -338,6 +340,48 @@ def test_a_bad_wait_field_is_refused_by_name(agent: AgentProcess) -> None:
     (reply,) = _as_pod(agent, UID_A, line)
     assert not reply.ok
     assert reply.error_code == proto.E_BAD_FIELD and "'wait'" in (reply.error_message or "")
+
+
+def test_a_bad_safe_points_field_is_refused_by_name(agent: AgentProcess) -> None:
+    line = proto.encode_request(1, proto.OP_PHASE, phase="training", wait=True, safe_points=1)
+    (reply,) = _as_pod(agent, UID_A, line)
+    assert not reply.ok
+    assert reply.error_code == proto.E_BAD_FIELD and "'safe_points'" in (reply.error_message or "")
+
+
+@pytest.mark.parametrize(
+    ("gate", "stops"),
+    [({"maxWaitS": 30, "parksAtGate": True, "stopsAtSafePoints": True}, True),
+     ({"maxWaitS": 30, "parksAtGate": True}, False),
+     ({"maxWaitS": 30, "stopsAtSafePoints": True}, False)],
+    ids=["says-so", "older-agent", "no-parking"],
+)  # fmt: skip
+def test_the_client_says_it_stops_at_safe_points_only_to_an_agent_that_takes_it(
+    gate: dict[str, object], stops: bool
+) -> None:
+    # An older agent refuses a field it does not know: the client sends
+    # "safe_points" only where the hello's reply says the agent takes it.
+    from rlix.client.runtime import Runtime
+
+    sent: list[dict[str, object]] = []
+
+    class Link:
+        def request(self, op: str, **args: object) -> Future[proto.Reply]:
+            sent.append(args)
+            done: Future[proto.Reply] = Future()
+            done.set_result(proto.Reply(re=1, ok=True, body={}))
+            return done
+
+    rt = Runtime(None)
+    rt._greeted(proto.OP_HELLO, proto.Reply(re=1, ok=True, body={"phaseGate": gate}))
+    assert rt.gate_stops is stops
+    rt.link = Link()  # type: ignore[assignment]
+    rt._enter_through_gate(Phase.TRAINING, safe_points=True)
+    rt._enter_through_gate(Phase.ROLLOUT)
+    assert sent == [
+        {"phase": "training", "wait": True, **({"safe_points": True} if stops else {})},
+        {"phase": "rollout", "wait": True},
+    ]
 
 
 def test_without_the_gate_the_hello_says_so_and_a_wait_is_answered_at_once(

@@ -224,7 +224,7 @@ def test_a_wait_at_the_gate_that_is_interrupted_opens_no_block(
     class Interrupted(BaseException):  # as KeyboardInterrupt would, past every handler
         pass
 
-    def interrupted(phase: Phase) -> None:
+    def interrupted(phase: Phase, **_: object) -> None:
         raise Interrupted
 
     with harness.rt.phase("rollout"):
