@@ -125,8 +125,10 @@ def add_parser(sub: Any) -> None:
         "turns are placed where the larger of their peaks fits, not both (sharing rule 6 "
         "by turns); at the phase gate a pod goes in only where its peak fits beside the "
         "pods that work (the others are parked), and on a GPU over its memory at both "
-        "peaks each turn pays its copies at the PCIe floors (docs/simulator.md, 'Parking "
-        "at the gate, played out'). Needs --rules matrix or time-slicing",
+        "peaks each turn pays its copies at the PCIe floors; a weight sync parks a working "
+        "trainer pod (it stops at safe points) where enough of its phase is left, and "
+        "pays its copies (docs/simulator.md, 'Parking at the gate, played out'). Needs "
+        "--rules matrix or time-slicing",
     )
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

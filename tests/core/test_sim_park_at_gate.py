@@ -6,7 +6,9 @@ peaks and a CUDA context but not both peaks. Under the gate with parking the
 engine lets a pod into a busy phase only where its peak fits beside the pods
 that work (the room test), every GPU holds within its memory (the recorder
 counts the parked at a context), and each turn's copies are charged to the
-pod's busy segments; with memory to spare nothing is charged.
+pod's busy segments; with memory to spare nothing is charged. A weight sync
+parks a working trainer pod (it stops at safe points) where enough of its
+phase is left, and pays that pod's copies.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from rlix.core.policy.placement.sharing import CONTEXT_MIB, SharingRules
+from rlix.core.sim import engine
 from rlix.core.sim import hardware as hw
 from rlix.core.sim.engine import SimConfig, Simulation, simulate
 from rlix.core.sim.interference import DEFAULT
@@ -85,10 +88,29 @@ def test_the_pair_holds_within_the_gpu_by_turns() -> None:
     # kernel gain), both peaks resident.
     over, worst_unparked = run(parks=False, memory_mib=TIGHT)
     assert over.over_memory > 0.0 and worst_unparked > TIGHT
-    # That weight sync waits for the partner's turn to end under parking:
-    # here it costs more than running the two jobs one after the other.
-    assert parked.makespan_s > over.makespan_s
-    assert parked.makespan_s > 2 * alone
+    # Under parking that weight sync parks the partner's trainer pod at its
+    # safe points where enough of its phase is left (``worth_stopping``),
+    # and is charged its copies: slower than over memory, faster than one
+    # job after the other.
+    assert over.makespan_s < parked.makespan_s < 2 * alone
+
+
+def test_a_sync_that_may_not_park_a_working_trainer_waits_for_its_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where no pod stops at safe points, the sync waits for the partner's
+    # phase to end: here that costs more than one job after the other.
+    alone = PROFILE.first_load_s + PROFILE.timeline(0).total_s
+    stopping, _ = run(parks=True, memory_mib=TIGHT)
+    monkeypatch.setattr(engine, "_stops_at_safe_points", lambda run, pod: False)
+    waiting, worst = run(parks=True, memory_mib=TIGHT)
+    assert worst <= TIGHT and waiting.over_memory == 0.0
+    assert waiting.makespan_s > 2 * alone > stopping.makespan_s
+    # The stop is charged: the stopped pod's memory out and back, at the
+    # PCIe floors, lengthens the sync that made it.
+    monkeypatch.undo()
+    monkeypatch.setattr(Checked, "_stop_charge", lambda self, run: 1.0)
+    assert run(parks=True, memory_mib=TIGHT)[0].makespan_s < stopping.makespan_s
 
 
 def test_each_turn_pays_its_copies_and_only_where_both_peaks_do_not_fit(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from rlix.core.phases import Phase, Shape, shape_of
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
 from rlix.core.policy.ordering import Partners, aging_s, class_key, critical_jobs, grace_s
+from rlix.core.policy.placement.gate_room import parks_working_for, worth_stopping
 from rlix.core.policy.placement.gating import Busy, gains_by_entering
 from rlix.core.policy.placement.sharing import (
     CONTEXT_MIB,
@@ -40,7 +41,7 @@ from rlix.core.sim.preempting import try_preempt, try_resume
 from rlix.core.sim.records import RESUME_RETRY_S, DecisionRecord, SimConfig
 from rlix.core.sim.runs import Run, State
 from rlix.core.sim.schedulers import Preemption, QueueOrder, Scheduler
-from rlix.core.sim.workload import profile_for
+from rlix.core.sim.workload import TRAINER_ROLE, profile_for
 from rlix.core.snapshot import PhaseLoad
 
 __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
@@ -155,6 +156,13 @@ class Simulation:
         self.parks = self.gate_rules is not None and self.gate_rules.parks_at_gate
         self.charges: dict[tuple[int, int], tuple[float, int, float]] = {}
         self.recorder.parks_at_gate = self.parks
+        # A weight sync whose peak does not fit beside a working trainer pod
+        # parks that pod at its next safe point where its phase has enough
+        # left to pay (``gate_room.parks_working_for``, ``worth_stopping``):
+        # syncing job -> the jobs its sync stopped, and all stopped jobs,
+        # which make no progress (rate 0) until the sync ends.
+        self.stops: dict[int, set[int]] = {}
+        self.stopped: set[int] = set()
         # Rules that do not ask both peaks to fit (no matrix: the cluster's)
         # leave pairs that meet both on a GPU; the conductor's rule 3 parks
         # one (``overflow``). Then a sharing job steps phase by phase (a
@@ -323,6 +331,8 @@ class Simulation:
     def _ungate(self, run: Run) -> None:
         self.gated.pop(run.id, None)
         self.entering.discard(run.id)
+        self.stopped.discard(run.id)
+        self.stops.pop(run.id, None)
 
     def _refresh(self, ids: set[int], t: float) -> None:
         """Re-plan ``ids`` after something on their GPUs changed at ``t``."""
@@ -337,6 +347,8 @@ class Simulation:
             run.stepping = shared
         if self.gate_rules is not None:
             self._gate(active, t)
+        if self.parks:
+            self._mark_stopped()
         seen: dict[int, tuple[float, Phase] | None] = {}
         for run in active:  # pass 2: rates and next events
             assert run.timeline is not None
@@ -346,8 +358,10 @@ class Simulation:
                 run.rate = 1.0
                 self._push(t + run.timeline.total_s - run.progress, SEGMENT, run.id, run.version)
                 continue
-            if run.id in self.gated:
-                run.rate = 0.0  # waits at the gate: the holder's phase end refreshes it
+            if run.id in self.gated or run.id in self.stopped:
+                # Waits at the gate, or parked for a sync: the holder's phase
+                # end refreshes it.
+                run.rate = 0.0
                 continue
             run.rate = self._rate(run, seen)
             end = self._step_end(run)
@@ -370,18 +384,24 @@ class Simulation:
         undecided = set(since)
         for run in sorted(at_start, key=lambda r: (since[r.id], r.id)):
             undecided.discard(run.id)
-            if self._must_wait(run, undecided):
+            if self._must_wait(run, undecided, t):
                 self.gated[run.id] = since[run.id]
             else:
                 self.entering.discard(run.id)
 
-    def _must_wait(self, run: Run, undecided: set[int]) -> bool:
+    def _must_wait(self, run: Run, undecided: set[int], t: float) -> bool:
         """Whether entering ``run``'s phase now would lower the progress of a GPU
-        where a pod it takes turns with (``sharing.takes_turns``) is working."""
+        where a pod it takes turns with (``sharing.takes_turns``) is working,
+        or (parking) its peak does not fit beside the pods that work. A sync
+        that fits once it stops working pods (``_stoppable``) goes in and
+        records them (``stops``)."""
         rules, res = self.gate_rules, self.cluster.res
         assert rules is not None and run.timeline is not None
         seg = run.seg
-        entering: Busy = (shape_of(run.phase_of(seg)), run.timeline.pressures[seg])
+        phase = run.phase_of(seg)
+        entering: Busy = (shape_of(phase), run.timeline.pressures[seg])
+        syncs = self.parks and parks_working_for(phase)
+        victims: set[int] = set()
         for k, (node, gpus) in enumerate(run.placements):
             if not run.pod_active(k, seg):
                 continue
@@ -391,6 +411,7 @@ class Simulation:
                 # The room test (``gate_room``): the entrant and the pods
                 # that work at their peaks, every other pod parked to a context.
                 need = self._pod_peak(run, k) if self.parks else 0
+                freed, here = 0, set()  # what stopping pods would free on this GPU
                 for j in dict.fromkeys(res[node][g]):
                     if j == run.id:
                         continue
@@ -399,16 +420,86 @@ class Simulation:
                     for q in other.pods_on(node, g):
                         state = None if waits else self.pod_pressure_phase(other, q)
                         if self.parks:
-                            need += CONTEXT_MIB if state is None else self._pod_peak(other, q)
+                            # A stopped pod's room is kept for it (the agent's ``Turns``).
+                            parked = state is None and j not in self.stopped
+                            need += CONTEXT_MIB if parked else self._pod_peak(other, q)
+                            if syncs and state is not None and self._stoppable(run, other, q, t):
+                                freed += self._pod_peak(other, q) - CONTEXT_MIB
+                                here.add(j)
                         if state is not None and takes_turns(
                             rules, *mine, *self._pod_cycle(other, q)
                         ):
                             holders.append((shape_of(state[1]), state[0]))
                 if self.parks and need > self.config.memory_mib:
-                    return True
+                    if need - freed > self.config.memory_mib:
+                        return True
+                    victims |= here
                 if holders and not gains_by_entering(rules, entering, holders):
                     return True
+        if victims:
+            self.stops[run.id] = victims
         return False
+
+    def _stoppable(self, sync: Run, other: Run, pod: int, t: float) -> bool:
+        """Whether ``sync``'s weight sync may park ``other``'s working pod
+        ``pod`` (``gate_room.worth_stopping``): a pod that stops at safe
+        points, with more of its phase left (alone-seconds, as its declared
+        cycle says on a cluster) than the sync and its copies cost it."""
+        if not _stops_at_safe_points(other, pod) or other.timeline is None:
+            return False
+        tl, seg = other.timeline, other.seg
+        last, phase = seg, other.phase_of(seg)
+        while last + 1 < len(tl.ends) and other.phase_of(last + 1) is phase:
+            last += 1
+        left = tl.ends[last] - other.position(t)
+        assert sync.timeline is not None
+        ends, s = sync.timeline.ends, sync.seg
+        sync_s = ends[s] - (ends[s - 1] if s else 0.0)
+        return worth_stopping(left, sync_s, self._pod_peak(other, pod))
+
+    def _mark_stopped(self) -> None:
+        """The jobs stopped now: those of every sync still under way (a stop
+        ends with the sync that made it, and the job comes back)."""
+        for sid in list(self.stops):
+            sync = self.runs[sid]
+            going = (
+                sync.state is State.RUNNING
+                and sync.timeline is not None
+                and sid not in self.gated
+                and parks_working_for(sync.phase_of(sync.seg))
+            )
+            if not going:
+                del self.stops[sid]
+        self.stopped = set().union(*self.stops.values()) if self.stops else set()
+
+    def _stop_charge(self, run: Run) -> float:
+        """The share of its rate a syncing job keeps where its sync parked
+        working pods: sync / (sync + their memory out + back), as the turn
+        charge (PCIe floors; the restore is charged here too, as if nothing
+        overlapped it). 1 where it parked nobody."""
+        assert run.timeline is not None
+        seg, res = run.seg, self.cluster.res
+        stopped = self.stops.get(run.id, ())
+        moved = 0
+        for k, (node, gpus) in enumerate(run.placements):
+            if not run.pod_active(k, seg):
+                continue
+            for g in gpus:
+                here = sum(
+                    self._pod_peak(other, q)
+                    for j in dict.fromkeys(res[node][g])
+                    if j in stopped
+                    for other in (self.runs[j],)
+                    for q in other.pods_on(node, g)
+                    if _stops_at_safe_points(other, q)
+                )
+                moved = max(moved, here)
+        if not moved:
+            return 1.0
+        ends = run.timeline.ends
+        span = ends[seg] - (ends[seg - 1] if seg else 0.0)
+        copies = moved * hw.MIB / hw.PCIE_D2H_BYTES_PER_S + moved * hw.MIB / hw.PCIE_H2D_BYTES_PER_S
+        return span / (span + copies) if span > 0 else 1.0
 
     def fit_floor(self, run: Run) -> int:
         """The memory a GPU must have left, after its residents' smallest phase,
@@ -490,7 +581,9 @@ class Simulation:
     def pod_pressure_phase(self, run: Run, pod: int) -> tuple[float, Phase] | None:
         """(pressure, phase) of ``run``'s pod ``pod`` now; None while it idles or
         the job is not running (an idle pool presses on nobody)."""
-        if run.state is not State.RUNNING or run.timeline is None or run.id in self.gated:
+        if run.state is not State.RUNNING or run.timeline is None:
+            return None
+        if run.id in self.gated or run.id in self.stopped:
             return None
         seg = run.seg if run.stepping else run.segment_at(run.t_ref)
         if not run.pod_active(pod, seg):
@@ -524,6 +617,8 @@ class Simulation:
                 if others_mib:
                     slow /= self._turn_charge(run, k, others_mib)
                 worst = max(worst, slow)
+        if self.parks and parks_working_for(run.phase_of(seg)):
+            return self._stop_charge(run) / worst
         return 1.0 / worst
 
     # -- starting and stopping jobs --------------------------------------------
@@ -812,3 +907,11 @@ def simulate(
 ) -> SimResult:
     """Run ``mix`` under ``scheduler`` to completion of every job."""
     return Simulation(mix, scheduler, config, trace, progress).run()
+
+
+def _stops_at_safe_points(run: Run, pod: int) -> bool:
+    """Whether a pod stops at safe points in its busy phases (the client's
+    ``rlix.phase(..., safe_points=True)``): a disaggregated trainer pod, whose
+    steps take seconds; a rollout pod generates its batch in one call, with no
+    safe point inside it (a sleeping vLLM must have no request in flight)."""
+    return run.spec.disaggregated and run.spec.pod_roles[pod] == TRAINER_ROLE
