@@ -344,3 +344,19 @@ def test_room_for_parks_pods_that_do_not_work_before_interruptible_ones() -> Non
     fp = {"e": {0: 50}, "w": {0: 40}, "i": {0: 30}}
     assert room_for("e", fp, set(fp), {"w"}, {0: 100}, interruptible={"w"}) == Room(("i",))
     assert room_for("e", fp, set(fp), {"w", "i"}, {0: 100}, interruptible={"w"}) == Room(("w",))
+
+
+def test_a_stopped_pod_found_after_an_agent_restart_is_brought_back_at_its_turn() -> None:
+    # The restarted agent adopts the gate's park from its record; the stopped
+    # process reconnects inside its training phase and says so (it asks
+    # nothing): the gate brings it back once it fits.
+    t = memory_turns_named("t", "s")
+    t.set_memory({"s": {0: ROLLOUT_7B}}, {0: H200_MIB})
+    t.adopt("t", {0: TRAINER_32B})
+    t.enter("s", "s0", Phase.WEIGHT_SYNC, 0.0, "ts")  # s syncs: no room for t now
+    assert t.returned("t", "t0", Phase.TRAINING, 1.0, adopt=True)
+    assert t.stopped() == ["t"] and t.admit(1.0) == []
+    t.enter("s", "s0", Phase.IDLE, 2.0, "ts2")
+    [back] = t.admit(2.0)
+    assert back.pod == "t" and back.ticket is None and back.restore and back.park == ("s",)
+    assert t.working() == {"t": ["compute"]}

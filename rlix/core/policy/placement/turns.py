@@ -277,6 +277,11 @@ class Turns(Generic[P, T]):
         shape = shape_of(phase)
         if shape is not Shape.NONE:
             self._set_working(pod, process, (shape, 1.0), phase, now, safe_points=False)
+            if pod in self._gate_parked and pod not in self._arriving:
+                # Mid-phase while the gate holds its memory parked: it was
+                # stopped (the agent restarted since, and adopted the park),
+                # and waits there to be brought back.
+                self._stop(pod, now)
         return True
 
     def leave(self, process: P) -> None:
