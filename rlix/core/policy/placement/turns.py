@@ -506,7 +506,7 @@ class Turns(Generic[P, T]):
             return False
         return self._room(pod, phase, now) == Room()
 
-    def _room(self, pod: str, phase: Phase | None = None, now: float = 0.0) -> Room | None:
+    def _room(self, pod: str, phase: Phase | None, now: float) -> Room | None:
         """What must be parked for ``pod`` to work (``gate_room``), entering
         ``phase``; Room() where memory is not known. It and the pods that work
         count at their peak (they may grow to it in their phase), and so do
