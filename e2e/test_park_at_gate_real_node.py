@@ -13,9 +13,9 @@
   training phases never overlap, every report of a peak fits the simulated
   GPU, both are parked and restored, and each one's buffer is what it was.
 - A trainer that stops at safe points (``safe_points=True``) beside a pod that
-  syncs weights (e2e/probes/sync_stop_trainer.py): each sync that does not
-  fit parks the trainer inside its training phase, and the agent brings it
-  back there.
+  syncs weights (the same probe, ``ROLE`` trainer and syncer): each sync that
+  does not fit parks the trainer inside its training phase, and the agent
+  brings it back there.
 
 Run with ``make test-node`` (marker ``realnode``; root).
 """
@@ -108,9 +108,6 @@ def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
         assert ANNOTATION_SUSPENDED not in notes[p], notes[p]
 
 
-SYNC_PROBE = Path(__file__).parent / "probes" / "sync_stop_trainer.py"
-
-
 def test_a_weight_sync_parks_a_trainer_mid_phase_at_its_safe_points(
     dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str]
 ) -> None:
@@ -137,7 +134,7 @@ def test_a_weight_sync_parks_a_trainer_mid_phase_at_its_safe_points(
             probe_pod(
                 real_node,
                 p,
-                SYNC_PROBE,
+                PROBE,
                 env={**common, "ROLE": r},
                 annotations={
                     ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB),
