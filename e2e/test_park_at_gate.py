@@ -168,6 +168,24 @@ def _annotations(cluster: Any, namespace: str, name: str) -> dict[str, str]:
     return got
 
 
+def _conductor_wants(
+    cluster: Any, namespace: str, name: str, generation: int, state: State
+) -> ObservedSuspension:
+    """Write the conductor's desired suspension on pod ``name``; the agent's report of it."""
+    desired = DesiredSuspension(generation, state, "Manual", "user")
+    cluster.kubectl(
+        "annotate", "--overwrite", "pod", name, "-n", namespace,
+        f"{ANNOTATION_DESIRED}={desired.to_json()}",
+    )  # fmt: skip
+
+    def observed() -> ObservedSuspension | None:
+        raw = _annotations(cluster, namespace, name).get(ANNOTATION_OBSERVED)
+        seen = ObservedSuspension.parse(raw) if raw else None
+        return seen if seen is not None and seen.generation == generation else None
+
+    return wait_for(f"the agent's report of generation {generation} on {name}", observed)
+
+
 class Pair:
     """Two trainers on GPU 0 of the agent's node: a holds its peak; b holds its
     weights, its KV cache to come in rollout; each peak is 0.6 of the GPU."""
@@ -295,18 +313,8 @@ def test_a_suspension_wanted_of_a_pod_the_gate_parked_makes_it_one(
     turn: the agent reports it suspended without parking it twice, publishes it
     as suspended, and the gate no longer brings it back at its turn."""
     pair.b_goes_in_once_a_is_parked(agent)
-    desired = DesiredSuspension(1, State.SUSPENDED, "Manual", "user")
-    cluster.kubectl(
-        "annotate", "pod", "trainer-a", "-n", namespace,
-        f"{ANNOTATION_DESIRED}={desired.to_json()}",
-    )  # fmt: skip
-
-    def observed() -> ObservedSuspension | None:
-        raw = _annotations(cluster, namespace, "trainer-a").get(ANNOTATION_OBSERVED)
-        return ObservedSuspension.parse(raw) if raw else None
-
-    seen = wait_for("the agent's report of the suspension", observed)
-    assert (seen.generation, seen.outcome) == (1, Outcome.SUSPENDED)
+    seen = _conductor_wants(cluster, namespace, "trainer-a", 1, State.SUSPENDED)
+    assert seen.outcome is Outcome.SUSPENDED
     wait_for(
         "trainer-a published as suspended",
         lambda: (
@@ -318,3 +326,43 @@ def test_a_suspension_wanted_of_a_pod_the_gate_parked_makes_it_one(
     pair.a.say("enter training")
     assert pair.a.quiet_for(2.0)  # suspended: nothing brings it back but a resume
     assert list(_status(agent)["suspended"]) == [pair.uid_a]
+
+
+def test_a_resume_the_conductor_wants_waits_for_its_turn_at_the_gate(
+    cluster: Any, namespace: str, agent: AgentProcess, pair: Pair
+) -> None:
+    """The conductor suspends a while it trains, and b goes into rollout and
+    grows to its peak. The conductor's resume of a is handed to the gate: a's
+    memory stays parked while b works (restored now, it would not fit beside
+    b), the pod is no longer published as suspended, and once b is out the
+    gate brings a back mid-phase, bit for bit, parking b, idle, to make room."""
+    a, b = pair.a, pair.b
+    a.say("enter training")
+    assert a.next() == "in training", agent.log_text()
+    seen = _conductor_wants(cluster, namespace, "trainer-a", 1, State.SUSPENDED)
+    assert seen.outcome is Outcome.SUSPENDED, seen
+    b.say("enter rollout")
+    assert b.next() == "in rollout", agent.log_text()
+    assert b.ask(f"mem {pair.peak}") == "ok"
+
+    seen = _conductor_wants(cluster, namespace, "trainer-a", 2, State.RUNNING)
+    assert (seen.state, seen.outcome) == (State.RUNNING, Outcome.RESUMED), seen
+    assert seen.parked_bytes > 0, seen  # still parked: it comes back at its turn
+    wait_for(
+        "trainer-a no longer published as suspended",
+        lambda: names.ANNOTATION_SUSPENDED not in _annotations(cluster, namespace, "trainer-a"),
+    )
+    status = _status(agent)
+    assert status["phaseGate"]["gateParked"] == [pair.uid_a], status
+    assert status["phaseGate"]["gateStopped"] == [pair.uid_a], status
+    assert list(status["suspended"]) == [pair.uid_a]
+
+    assert b.ask("exit") == "out"
+    wait_for(
+        "the gate to bring a back, parking b",
+        lambda: list(_status(agent)["suspended"]) == [pair.uid_b],
+    )
+    assert _status(agent)["phaseGate"]["working"] == {pair.uid_a: ["compute"]}
+    assert a.ask("digest") == a.digest
+    assert a.ask("exit") == "out"
+    assert "Traceback" not in agent.log_text()

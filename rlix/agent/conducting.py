@@ -93,7 +93,13 @@ class Conducting:
         rfc3339: Callable[[datetime], str],
         rosters: Rosters | None = None,
         reconnect_grace_s: float = RECONNECT_GRACE_S,
+        hand_over: Callable[[str], bool] | None = None,
     ) -> None:
+        """``hand_over`` (``--park-at-gate``: ``Preemption.hand_to_gate``): a
+        resume is first offered to the phase gate, which brings the pod's
+        memory back at its turn, where it fits beside the pods that work; True
+        where it took it (reported resumed: from then on the pod takes turns,
+        and is not suspended)."""
         self._node = node
         self._pods = pods
         self._executor = executor
@@ -101,6 +107,7 @@ class Conducting:
         self._now = now
         self._rfc3339 = rfc3339
         self._rosters = rosters
+        self._hand_over = hand_over
         self._grace_until = now() + timedelta(seconds=reconnect_grace_s)
         # uid -> the generation this process answered (the published annotation
         # may lag behind the list: do not act twice on one generation meanwhile).
@@ -203,6 +210,11 @@ class Conducting:
             return report(State.SUSPENDED, Outcome.SUSPENDED)
         if self._executor.parked_bytes(pod.uid) is None:
             return report(State.RUNNING, Outcome.RESUMED)  # not parked (any more)
+        if self._hand_over is not None and self._hand_over(pod.uid):
+            # Its memory, still parked (the report says how much), comes back
+            # at its turn at the gate: restored now, it could land in memory a
+            # working partner holds, or grows into in its phase.
+            return report(State.RUNNING, Outcome.RESUMED)
         try:
             self._executor.resume_pod(pod.uid)
         except proto.ProtocolError as exc:

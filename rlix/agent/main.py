@@ -303,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         "park a pod that works, at its next safe point, where its processes said they stop "
         "at safe points (rlix.phase(..., safe_points=True)) and its declared cycle leaves "
         "more of its phase than the stop costs; the gate brings it back once the sync has "
-        "left. Experimental: the "
+        "left. A resume the conductor wants is handed to the gate, which brings the pod's "
+        "memory back at its turn, where it fits. Experimental: the "
         "extender and the operator put pairs on a GPU that only fit this way when given "
         "--park-at-gate too (docs/node-agent.md, 'Parking at the gate')",
     )
@@ -350,6 +351,7 @@ def _start_conducting(
         now=now,
         rfc3339=rfc3339,
         rosters=rosters,
+        hand_over=preemption.hand_to_gate if args.park_at_gate else None,
     )
     stop = threading.Event()
     threading.Thread(target=conducting.run, args=(stop, args.conduct_interval), daemon=True).start()

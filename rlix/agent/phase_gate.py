@@ -291,7 +291,7 @@ class PhaseGate:
                 self._turns.release(pod)
         for pod in records.keys() - known:
             if pod not in self._moving:
-                self._turns.adopt(pod, records[pod])
+                self._turns.adopt(pod, records[pod], self._clock())
 
     def _read_cycles(self) -> None:
         try:

@@ -364,11 +364,39 @@ class Preemption:
             rec = self.suspended.get(uid)
             if rec is None or not rec.by:
                 return
-            rec.by, rec.held_mib = "", {}
+            rec.by = ""  # what it held stays recorded: a resume may be handed back
             self._store.save(rec)
         self.on_memory_moved()  # the gate reads the record again and lets it go
         if rec.namespace:
             self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: "true"})
+
+    def hand_to_gate(self, uid: str) -> bool:
+        """A resume is wanted of a suspended pod: make it a park of the phase
+        gate's instead, so that the gate brings its memory back where it fits
+        beside the pods working on its GPUs (``--park-at-gate``), not into
+        memory they hold now or may grow into. From here on it is a turn, not a
+        suspension: no longer published as ``rlix.io/suspended``. Done only
+        where the gate can bring it back: its record says what it held per GPU,
+        and every process in it is connected and asks the gate while parked
+        (:meth:`parkable_at_gate`). False where it was not handed over (resume
+        it as before)."""
+        with self._lock:
+            rec = self.suspended.get(uid)
+            if rec is None or rec.by or not rec.held_mib or uid not in self.parkable_at_gate():
+                return False
+            if not rec.processes.keys() <= self._sessions.get(uid, {}).keys():
+                return False  # a process still on its way back: its restore would fail
+            rec.by = PARKED_BY_GATE
+            self._store.save(rec)
+        self.on_memory_moved()  # the gate reads the record and takes it into its line
+        if rec.namespace:
+            self._publisher.pod(rec.namespace, rec.name, {ANNOTATION_SUSPENDED: None})
+        log.info(
+            "resume of pod %s/%s handed to the phase gate: its memory comes back at its turn",
+            rec.namespace,
+            rec.name,
+        )
+        return True
 
     def _ready_to_suspend(self, uid: str) -> bool:
         """No process of the pod is being resumed from before this agent started
@@ -425,6 +453,8 @@ class Preemption:
             raise proto.ProtocolError(
                 proto.E_NOT_FOUND, f"no process of pod {uid} is connected to this agent"
             )
+        if not asked.held_mib:
+            asked = asked._replace(held_mib=self._held_mib({c.pid for c in conns}))
         futures: dict[Future[proto.Reply], Connection] = {}
         recorded: dict[Future[proto.Reply], threading.Event] = {}
         errors: list[str] = []
@@ -476,6 +506,20 @@ class Preemption:
         if errors:
             raise proto.ProtocolError(proto.E_FAILED, "; ".join(errors))
         return {"pod_uid": uid, "parked": parked}
+
+    def _held_mib(self, pids: set[int]) -> dict[int, int]:
+        """What these processes hold per GPU now (GPU -> MiB), for the record: the
+        room a restore needs, should the phase gate be the one to make it
+        (:meth:`hand_to_gate`). Empty where the GPUs cannot be read."""
+        held: dict[int, int] = {}
+        try:
+            for proc in self._backend.processes():
+                if proc.pid in pids:
+                    held[proc.gpu_index] = held.get(proc.gpu_index, 0) + proc.used_mib
+        except Exception as exc:  # the suspend goes on; a resume is then not handed over
+            log.warning("could not read what pod processes %s hold: %s", sorted(pids), exc)
+            return {}
+        return held
 
     def _relocate(
         self, conn: Connection, reply: proto.Reply, target: Location, asked: _Asked

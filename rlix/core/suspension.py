@@ -167,6 +167,14 @@ class ObservedSuspension:
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
+    def resumed_note(self) -> str:
+        """What a resume report adds to "resumed": where it left memory parked,
+        the node's phase gate took the resume (``--park-at-gate``), and the
+        pod takes turns from now on."""
+        if self.state is not State.RUNNING or not self.parked_bytes:
+            return ""
+        return f"; its {self.parked_bytes} parked bytes come back at its turn at the phase gate"
+
     @classmethod
     def parse(cls, raw: str) -> ObservedSuspension:
         doc = _object(ANNOTATION_OBSERVED, raw)

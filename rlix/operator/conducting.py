@@ -148,7 +148,10 @@ class Conductor:
             )
             await self.recorder.event(key, "Normal", "Suspended", message)
         elif observed.outcome is Outcome.RESUMED:
-            message = f"pod {pod} resumed ({desired.reason}, asked at {desired.since})"
+            message = (
+                f"pod {pod} resumed ({desired.reason}, asked at {desired.since})"
+                f"{observed.resumed_note()}"
+            )
             await self.recorder.event(key, "Normal", "Resumed", message)
         else:
             reason = {

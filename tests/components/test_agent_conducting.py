@@ -193,6 +193,42 @@ def test_a_failed_resume_is_retried_until_the_memory_is_back() -> None:
     assert executor.calls == [f"resume {UID}", f"resume {UID}"]
 
 
+def test_a_resume_the_phase_gate_takes_is_reported_with_the_memory_still_parked() -> None:
+    """With --park-at-gate the resume is offered to the gate first: where it
+    takes the pod, nothing is restored now (the gate brings the memory back at
+    its turn), and the report says so (resumed, its bytes still parked); where
+    it does not, the resume is carried out as before."""
+    pods, executor = Pods(), FakeExecutor(records={UID: 4096})
+    offered: list[str] = []
+    takes = True
+
+    def hand_over(uid: str) -> bool:
+        offered.append(uid)
+        return takes
+
+    conducting = Conducting(
+        node="node-a",
+        pods=pods,
+        executor=executor,
+        publisher=pods,
+        now=Clock(),
+        rfc3339=rfc3339,
+        hand_over=hand_over,
+    )
+    pods.want(2, State.RUNNING)
+    conducting.pass_once()
+    conducting.pass_once()
+    seen = pods.observed()
+    assert (seen.generation, seen.state, seen.outcome) == (2, State.RUNNING, Outcome.RESUMED)
+    assert seen.parked_bytes == 4096 and executor.calls == [] and offered == [UID]
+    executor.calls.clear()
+    takes = False
+    pods.want(3, State.RUNNING)
+    conducting.pass_once()
+    assert (pods.observed().generation, pods.observed().parked_bytes) == (3, 0)
+    assert executor.calls == [f"resume {UID}"] and offered == [UID, UID]
+
+
 def test_each_pass_hands_the_pods_rosters_to_the_socket() -> None:
     pods, executor, book = Pods(), FakeExecutor(), Rosters()
     conducting = Conducting(

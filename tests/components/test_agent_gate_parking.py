@@ -322,3 +322,28 @@ def test_a_sync_waits_for_a_working_partner_without_safe_points_or_a_cycle(
         gate.poke()
         assert not synced.got.wait(0.5)
         assert node.moves == [] and gate.status()["gateStopped"] == []
+
+
+def test_a_resume_handed_to_the_gate_brings_a_pod_parked_mid_phase_back_at_its_turn(
+    gate: PhaseGate, node: Node
+) -> None:
+    # The conductor parks a while it trains; b goes into rollout and grows to
+    # its peak. The conductor's resume of a is handed to the gate (the agent
+    # makes a's record the gate's): a comes back by the gate's own move, not
+    # into b's memory but once b is out, b parked, idle, to make its room.
+    assert gate.enter("a", "a0", Phase.TRAINING, Answers())
+    node.suspensions.add("a")
+    node.away["a"] = node.resident.pop("a")  # the conductor's suspend, at a safe point
+    gate.poke()
+    went_b = Answers()
+    assert gate.enter("b", "b0", Phase.ROLLOUT, went_b)
+    node.resident["b"] = {0: PEAK}
+    node.suspensions.discard("a")  # Preemption.hand_to_gate
+    gate.poke()
+    status = gate.status()
+    assert status["gateParked"] == ["a"] and status["gateStopped"] == ["a"]
+    assert status["working"] == {"b": ["memory"]} and node.moves == []
+    assert gate.enter("b", "b0", Phase.IDLE, Answers())
+    assert wait_for(lambda: len(node.moves) == 2), (node.moves, gate.status())
+    assert [(k, p) for k, p, _ in node.moves] == [("park", "b"), ("restore", "a")]
+    assert gate.status()["working"] == {"a": ["compute"]}

@@ -139,3 +139,49 @@ def test_a_reply_after_the_suspend_gave_up_is_recorded_for_whoever_asked(
     assert rec.by == PARKED_BY_GATE and rec.held_mib == {0: 50_000}
     assert preemption._publisher.flush(timeout=5)
     assert all(ANNOTATION_SUSPENDED not in p.annotations for p in PUBLISHED.patches)
+
+
+def conductor_suspends(preemption: Preemption, process: ParkingProcess) -> None:
+    """The conductor's suspend of the process's pod (no ``by``), while it holds
+    30,000 MiB on GPU 0."""
+    preemption._backend.report_usage(PID, 0, 30_000, 0.5)
+    preemption.attach(process)  # type: ignore[arg-type]
+    thread = threading.Thread(target=preemption.suspend_pod, args=(UID,))
+    thread.start()
+    assert process.asked.wait(10)
+    process.reply()
+    thread.join(10)
+
+
+def test_a_suspension_records_what_the_pod_held_and_a_resume_can_be_handed_to_the_gate(
+    preemption: Preemption,
+) -> None:
+    # With --park-at-gate the conductor's resume goes to the gate: the record
+    # becomes the gate's (with the room its restore needs, recorded at the
+    # suspend), the memory stays parked, and the pod is no longer published
+    # as suspended.
+    conductor_suspends(preemption, ParkingProcess())
+    rec = preemption.suspended[UID]
+    assert rec.by == "" and rec.held_mib == {0: 30_000}
+    assert preemption.parked_by_gate() == {}
+    assert preemption.hand_to_gate(UID)
+    assert preemption.parked_by_gate() == {UID: {0: 30_000}}
+    assert preemption.parked_bytes(UID) == 4096
+    assert preemption._publisher.flush(timeout=5)
+    suspended = [
+        p.annotations[ANNOTATION_SUSPENDED]
+        for p in PUBLISHED.patches
+        if p.key == "team-a/trainer-0" and ANNOTATION_SUSPENDED in p.annotations
+    ]
+    assert suspended[-2:] == ["true", None]
+    assert not preemption.hand_to_gate(UID)  # the gate's already
+
+
+def test_a_resume_is_not_handed_to_the_gate_of_a_pod_that_would_not_ask_it(
+    preemption: Preemption,
+) -> None:
+    process = ParkingProcess()
+    process.asks_while_parked = False  # an older client: parked, it never asks the gate
+    conductor_suspends(preemption, process)
+    assert not preemption.hand_to_gate(UID)
+    assert preemption.suspended[UID].by == ""

@@ -352,7 +352,7 @@ def test_a_stopped_pod_found_after_an_agent_restart_is_brought_back_at_its_turn(
     # nothing): the gate brings it back once it fits.
     t = memory_turns_named("t", "s")
     t.set_memory({"s": {0: ROLLOUT_7B}}, {0: H200_MIB})
-    t.adopt("t", {0: TRAINER_32B})
+    t.adopt("t", {0: TRAINER_32B}, 0.0)
     t.enter("s", "s0", Phase.WEIGHT_SYNC, 0.0, "ts")  # s syncs: no room for t now
     assert t.returned("t", "t0", Phase.TRAINING, 1.0, adopt=True)
     assert t.stopped() == ["t"] and t.admit(1.0) == []
@@ -360,3 +360,40 @@ def test_a_stopped_pod_found_after_an_agent_restart_is_brought_back_at_its_turn(
     [back] = t.admit(2.0)
     assert back.pod == "t" and back.ticket is None and back.restore and back.park == ("s",)
     assert t.working() == {"t": ["compute"]}
+
+
+def test_a_resume_handed_to_the_gate_of_a_pod_parked_mid_phase_waits_for_room() -> None:
+    # The conductor parked t while it trained; r then went into rollout and
+    # works. The conductor's resume of t is handed to the gate: t is stopped
+    # (mid-phase, it asks nothing) and comes back by the gate's move once r,
+    # working, no longer holds its room.
+    t = memory_turns_named("t", "r")
+    assert t.enter("t", "t0", Phase.TRAINING, 0.0, "tt") is False
+    [went] = t.admit(0.0)
+    assert went.park == ("r",)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    t.forget_pod("t", 1.0)  # the conductor parked t mid-phase (the agent's records say so)
+    t.release("r")  # and resumed r, which enters rollout at its full memory
+    t.set_memory({"r": {0: ROLLOUT_7B}}, {0: H200_MIB})
+    assert t.enter("r", "r0", Phase.ROLLOUT, 2.0, "tr")
+    t.adopt("t", {0: TRAINER_32B}, 3.0)
+    assert t.stopped() == ["t"] and t.gate_parked() == ["t"]
+    assert t.admit(3.0) == []  # r works at its memory: no room for t's
+    t.enter("r", "r0", Phase.IDLE, 4.0, "tr2")
+    [back] = t.admit(4.0)
+    assert back.pod == "t" and back.ticket is None and back.restore and back.park == ("r",)
+    assert t.working()["t"] == ["compute"]
+
+
+def test_a_resume_handed_to_the_gate_of_an_idle_pod_comes_back_when_it_asks() -> None:
+    t = memory_turns_named("t", "r")
+    t.set_memory({"r": {0: ROLLOUT_7B}}, {0: H200_MIB})  # t parked while idle
+    assert t.enter("r", "r0", Phase.ROLLOUT, 0.0, "tr")
+    t.adopt("t", {0: TRAINER_32B}, 1.0)
+    assert t.stopped() == [] and t.gate_parked() == ["t"]
+    assert t.admit(1.0) == []  # nobody asked for t: it stays parked
+    assert not t.enter("t", "t0", Phase.TRAINING, 2.0, "tt")
+    assert t.admit(2.0) == []  # r works at its memory
+    t.enter("r", "r0", Phase.IDLE, 3.0, "tr2")
+    [back] = t.admit(3.0)
+    assert (back.ticket, back.restore, back.park) == ("tt", True, ("r",))

@@ -106,3 +106,13 @@ def test_a_pod_is_active_until_asked_to_park_and_again_only_once_resumed() -> No
     assert not state(State.SUSPENDED, State.SUSPENDED, False).active
     assert not state(State.RUNNING, State.SUSPENDED, True).active, "not back yet"
     assert state(State.RUNNING, State.RUNNING, False).active
+
+
+def test_a_resume_the_phase_gate_took_says_its_memory_comes_back_at_its_turn() -> None:
+    handed = ObservedSuspension(2, State.RUNNING, Outcome.RESUMED, parked_bytes=4096)
+    assert handed.resumed_note() == (
+        "; its 4096 parked bytes come back at its turn at the phase gate"
+    )
+    assert ObservedSuspension(2, State.RUNNING, Outcome.RESUMED).resumed_note() == ""
+    failed = ObservedSuspension(2, State.SUSPENDED, Outcome.FAILED, parked_bytes=4096)
+    assert failed.resumed_note() == ""

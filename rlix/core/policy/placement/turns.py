@@ -218,11 +218,16 @@ class Turns(Generic[P, T]):
         """What ``pod`` holds per GPU as the gate last saw it (or was told: ``adopt``)."""
         return dict(self._footprints.get(pod, {}))
 
-    def adopt(self, pod: str, footprint: Footprint) -> None:
-        """``pod``'s memory was parked by the gate before (the agent restarted
-        since): it comes back at its turn, into ``footprint`` (GPU -> MiB)."""
+    def adopt(self, pod: str, footprint: Footprint, now: float) -> None:
+        """``pod``'s memory is parked and the gate is to bring it back, at its
+        turn, into ``footprint`` (GPU -> MiB): the gate parked it before the
+        agent restarted, or a resume the conductor wants was handed to the
+        gate. If a process of it was busy when it was parked, it waits there
+        mid-phase and asks nothing: it is stopped, and comes back by the
+        gate's own move where it fits (else when it asks to go in)."""
         self._footprints[pod] = dict(footprint)
         self._gate_parked.add(pod)
+        self._stop(pod, now)
 
     def release(self, pod: str) -> None:
         """``pod``'s memory is no longer the gate's to bring back: it was
