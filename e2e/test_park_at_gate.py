@@ -42,8 +42,9 @@ MAX_WAIT_S = 3.0  # short: a pod held for memory waits past it, which the test c
 
 # A trainer: "mem N" reports N MiB on GPU 0 ("ok", or "refused: ..." where the
 # simulated GPU has no room for it); "enter P" enters a phase block in a thread and prints "in
-# P" once inside, calling safe_point() while it stays; "exit" leaves it
-# ("out"); "digest" prints its buffer's digest.
+# P" once inside, calling safe_point() while it stays; "load" enters rlix.loading()
+# the same way ("in loading"); "exit" leaves either ("out"); "digest" prints its
+# buffer's digest.
 TRAINER = r"""
 import hashlib, os, sys, threading, time
 import rlix
@@ -80,6 +81,11 @@ def hold(phase):
         while not leave.wait(0.05):
             rlix.safe_point()
 
+def load():
+    with rlix.loading():
+        print("in loading", flush=True)
+        leave.wait()
+
 for line in sys.stdin:
     cmd, _, arg = line.strip().partition(" ")
     if cmd == "mem":  # rlix.report_usage's request, answered (it does not wait)
@@ -89,6 +95,10 @@ for line in sys.stdin:
     elif cmd == "enter":
         leave.clear()
         held = threading.Thread(target=hold, args=(arg,))
+        held.start()
+    elif cmd == "load":
+        leave.clear()
+        held = threading.Thread(target=load)
         held.start()
     elif cmd == "exit":
         leave.set()
@@ -135,7 +145,15 @@ def agent(cluster: Any, tmp_path: Path) -> Iterator[AgentProcess]:
         yield a
 
 
-def _pod(cluster: Any, namespace: str, agent: AgentProcess, name: str, peak_mib: int) -> str:
+def _pod(
+    cluster: Any,
+    namespace: str,
+    agent: AgentProcess,
+    name: str,
+    peak_mib: int,
+    *,
+    notes: dict[str, str] | None = None,
+) -> str:
     apply(
         cluster,
         namespace,
@@ -144,7 +162,10 @@ def _pod(cluster: Any, namespace: str, agent: AgentProcess, name: str, peak_mib:
             "kind": "Pod",
             "metadata": {
                 "name": name,
-                "annotations": {names.ANNOTATION_GPU_MEMORY_MIB: json.dumps(peak_mib)},
+                "annotations": {
+                    names.ANNOTATION_GPU_MEMORY_MIB: json.dumps(peak_mib),
+                    **(notes or {}),
+                },
             },
             "spec": {
                 "nodeName": agent.node,
@@ -365,4 +386,48 @@ def test_a_resume_the_conductor_wants_waits_for_its_turn_at_the_gate(
     assert _status(agent)["phaseGate"]["working"] == {pair.uid_a: ["compute"]}
     assert a.ask("digest") == a.digest
     assert a.ask("exit") == "out"
+    assert "Traceback" not in agent.log_text()
+
+
+def test_a_first_load_waits_for_room_on_the_gpus_the_pod_declares(
+    cluster: Any, namespace: str, agent: AgentProcess
+) -> None:
+    """A pod that holds nothing yet, on GPU 0 by its rlix.io/gpu-indices (as the
+    operator writes on a pod whose claim pins its GPUs), loads inside
+    rlix.loading(): while a works at its peak there, the load waits (its peak
+    does not fit beside a's); once a is out, a, idle, is parked, and the load
+    goes in and grows to its peak."""
+    gpu_mib = int(
+        get_json(cluster, "node", agent.node)["metadata"]["labels"][names.NODE_LABEL_GPU_MEMORY_MIB]
+    )
+    peak = gpu_mib * 6 // 10  # two peaks: 1.2 GPUs
+    uid_a = _pod(cluster, namespace, agent, "trainer-a", peak)
+    uid_c = _pod(
+        cluster, namespace, agent, "loader-c", peak, notes={names.ANNOTATION_GPU_INDICES: "0"}
+    )
+    a, c = Trainer(agent, uid_a), Trainer(agent, uid_c)
+    try:
+        assert a.ask(f"mem {peak}") == "ok"
+        wait_for(
+            "the gate to read both pods' declared peaks",
+            lambda: _status(agent)["phaseGate"]["peaksMiB"] == {uid_a: peak, uid_c: peak},
+        )
+        a.say("enter training")
+        assert a.next() == "in training", agent.log_text()
+        c.say("load")
+        assert c.quiet_for(MAX_WAIT_S + 2.0)  # past the bound too: memory does not give way
+        assert list(_status(agent)["phaseGate"]["waitingS"]) == [uid_c]
+        assert a.ask("exit") == "out"
+        assert c.next() == "in loading", agent.log_text()
+        status = _status(agent)
+        assert status["phaseGate"]["gateParked"] == [uid_a], status
+        assert c.ask(f"mem {peak}") == "ok"
+        assert c.ask("exit") == "out"
+        a.say("enter training")  # a's turn: c, idle, is parked, and a comes back whole
+        assert a.next() == "in training", agent.log_text()
+        assert a.ask("digest") == a.digest
+        assert a.ask("exit") == "out"
+    finally:
+        close_process(a.proc)
+        close_process(c.proc)
     assert "Traceback" not in agent.log_text()

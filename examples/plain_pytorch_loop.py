@@ -1,4 +1,4 @@
-"""A plain PyTorch RL loop with RLix: the whole integration is four lines.
+"""A plain PyTorch RL loop with RLix: the whole integration is five lines.
 
 A REINFORCE policy on a tiny two-armed bandit ("rollout" samples actions,
 "scoring" computes rewards and advantages, "training" takes an optimizer step,
@@ -41,12 +41,17 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(a.seed)
     gen = torch.Generator().manual_seed(a.seed)
-    policy = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
-    rollout_copy = torch.nn.Sequential(
-        torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2)
-    )
-    rollout_copy.load_state_dict(policy.state_dict())
-    opt = torch.optim.Adam(policy.parameters(), lr=0.05)
+    # (0) The first allocation: where the node agent's gate parks, it waits for
+    # room beside the pods working on this pod's GPUs.
+    with rlix.loading():
+        policy = torch.nn.Sequential(
+            torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2)
+        )
+        rollout_copy = torch.nn.Sequential(
+            torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2)
+        )
+        rollout_copy.load_state_dict(policy.state_dict())
+        opt = torch.optim.Adam(policy.parameters(), lr=0.05)
     payout = torch.tensor([0.2, 0.8])
 
     # (1) Tell RLix what to park on suspend.

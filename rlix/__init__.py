@@ -4,6 +4,8 @@
 
     import rlix
 
+    with rlix.loading():  # the first allocation waits for room at the phase gate
+        model, opt = build()
     rlix.register_torch(modules=[model], optimizers=[opt])
     for step in range(steps):
         with rlix.phase("rollout"):
@@ -22,6 +24,7 @@ from rlix.client.api import (
     agent_connected,
     cap_torch_memory,
     configure,
+    loading,
     memory_budget_mib,
     phase,
     register_engine,
@@ -43,6 +46,7 @@ __all__ = [
     "agent_connected",
     "cap_torch_memory",
     "configure",
+    "loading",
     "memory_budget_mib",
     "phase",
     "register_engine",

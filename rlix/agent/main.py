@@ -17,6 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from rlix.agent.declared_cycles import DeclaredCycles
+from rlix.agent.declared_gpus import DeclaredGpus
 from rlix.agent.driver_checkpoint import Checkpointer, CudaDriverCheckpointer, NoCheckpointer
 from rlix.agent.gate_parking import DeclaredPeaks, GateParking
 from rlix.agent.gpus import GpuBackend
@@ -437,9 +438,11 @@ def _phase_gate(
     *,
     cycles: DeclaredCycles,
     peaks: DeclaredPeaks,
+    gpus: DeclaredGpus,
 ) -> PhaseGate | None:
     """The phase gate for --phase-gate (None without it); ValueError for a bad matrix.
-    ``cycles`` and ``peaks`` read what pods declare once the conducting loop lists them."""
+    ``cycles``, ``peaks`` and ``gpus`` read what pods declare once the conducting
+    loop lists them."""
     if not args.phase_gate:
         return None
     rules = rules_file.rules_from(
@@ -485,6 +488,7 @@ def _phase_gate(
         on_wait=waited,
         memory=memory if parking is not None else None,
         moves=parking,
+        declared_gpus=gpus,
     )
 
 
@@ -641,9 +645,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = AgentMetrics(args.node_name)
     metrics.watch(backend.gpus, lambda: list(preemption.suspended.values()))
     resolver = CgroupResolver(proc_root=args.proc_root, directory=_pod_directory(args, api))
-    cycles, peaks = DeclaredCycles(), DeclaredPeaks()
+    cycles, peaks, gpus = DeclaredCycles(), DeclaredPeaks(), DeclaredGpus()
     try:
-        gate = _phase_gate(args, backend, resolver, preemption, metrics, cycles=cycles, peaks=peaks)
+        gate = _phase_gate(
+            args, backend, resolver, preemption, metrics, cycles=cycles, peaks=peaks, gpus=gpus
+        )
     except ValueError as exc:
         print(f"rlix-node-agent: {exc}", file=sys.stderr)
         return 2
@@ -695,9 +701,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         conducting = _start_conducting(
             args, api, preemption, publisher, now, rosters=server.rosters
         )
-        # The phase gate's view of which pairs take turns, and of the memory a
-        # pod going in may grow to.
-        for declared in (cycles, peaks):
+        # The phase gate's view of which pairs take turns, of the memory a pod
+        # going in may grow to, and of the GPUs a pod loads onto.
+        for declared in (cycles, peaks, gpus):
             declared.follow(conducting.listed)
         if args.overrun_interval > 0:
             _start_overrun_watch(

@@ -88,6 +88,7 @@ class PhaseGate:
         on_wait: Callable[[float, bool], None] | None = None,
         memory: Memory | None = None,
         moves: Moves | None = None,
+        declared_gpus: Callable[[], Mapping[str, frozenset[int]]] = dict,
     ) -> None:
         """``gpus``: pod uid -> the GPUs its processes hold now; ``parked``:
         whether a pod's memory is off its GPUs; ``cycles``: pod uid -> the
@@ -96,7 +97,9 @@ class PhaseGate:
         ``memory`` and ``moves`` (both or neither): park partners that do not
         work where a pod's memory does not fit (module docstring; its reading of
         what each pod holds also says which GPUs it holds, so ``gpus`` is then
-        not read). Pods the records say the gate parked and it does not know
+        not read); ``declared_gpus``: pod uid -> the GPUs it declares
+        (``rlix.io/gpu-indices``), its GPUs too, before it holds memory there
+        (its load). Pods the records say the gate parked and it does not know
         of (parked before the agent restarted, or by a reply that came after
         its park gave up) join its parks, brought back at their turn."""
         if (memory is None) != (moves is None):
@@ -111,6 +114,7 @@ class PhaseGate:
         # the agent's records say of them in the meantime is the move in flight.
         self._moving: Counter[str] = Counter()
         self._gpus = gpus
+        self._declared_gpus = declared_gpus
         self._parked = parked
         self._cycles = cycles
         self._clock = clock
@@ -242,7 +246,7 @@ class PhaseGate:
             self._read_memory(with_gpus=True)  # one reading of the GPUs gives both
         else:
             try:
-                self._turns.set_gpus(self._gpus())
+                self._turns.set_gpus(self._with_declared(self._gpus()))
             except Exception:  # a failed reading keeps the last one; the next event retries
                 log.exception("phase gate: reading which GPUs each pod holds failed")
         self._read_cycles()
@@ -267,10 +271,19 @@ class PhaseGate:
         try:
             held, capacity, peaks, movable = self._memory()
             if with_gpus:
-                self._turns.set_gpus({pod: frozenset(on) for pod, on in held.items()})
+                on = {pod: frozenset(gpus) for pod, gpus in held.items()}
+                self._turns.set_gpus(self._with_declared(on))
             self._turns.set_memory(held, capacity, peaks, movable)
         except Exception:  # a failed reading keeps the last one; the next event retries
             log.exception("phase gate: reading what pods hold on the GPUs failed")
+
+    def _with_declared(self, gpus: Mapping[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+        """The GPUs each pod holds memory on, and those it declares: a pod that
+        holds nothing yet (it is about to load) is on its GPUs all the same."""
+        out = dict(gpus)
+        for pod, declared in self._declared_gpus().items():
+            out[pod] = out.get(pod, frozenset()) | declared
+        return out
 
     def _read_parks(self) -> None:
         """The gate's own parks stay in line (their waiters wait for a turn and

@@ -63,6 +63,20 @@ def phase(name: str | Phase, *, safe_points: bool = False) -> AbstractContextMan
     return _get().phase(name, safe_points=safe_points)
 
 
+def loading() -> AbstractContextManager[Phase]:
+    """``with rlix.loading():`` around the pod's first allocation: loading the
+    model onto the GPU, an engine preallocating its KV cache.
+
+    Reported as a weight sync (the weights arriving). Where the node agent
+    parks at its phase gate, the load goes in only where the pod's declared
+    peak (``rlix.io/gpu-memory-mib``) fits beside the pods working on its GPUs
+    (those it declares, ``rlix.io/gpu-indices``, which the operator writes
+    on pods whose GPUs a claim pins), after the partners that do not work
+    are parked; until then this call waits. Without such a gate it is
+    ``rlix.phase("weight-sync")``."""
+    return _get().loading()
+
+
 def safe_point() -> None:
     """Inside a long phase: let a pending suspend happen here."""
     _get().safe_point()

@@ -52,6 +52,14 @@ CLIENT: Final = f"{proto.CLIENT_NAME}/{proto.CLIENT_REVISION}"
 # before it goes in anyway (an agent that stopped answering must not hold it).
 GATE_SLACK_S = 30.0
 
+# The first phase block waits this long at most for the link to connect, and
+# then for the agent's answer to our hello, which says whether it runs a phase
+# gate: a block opened before that answer would go in without asking (a
+# model load into memory a partner holds). Once per process; an absent agent
+# costs it once.
+CONNECT_WAIT_S = 0.5
+GREETING_WAIT_S = 2.0
+
 
 def parse_phase(phase: str | Phase) -> Phase:
     parsed = phase if isinstance(phase, Phase) else Phase.parse(phase)
@@ -83,6 +91,8 @@ class Runtime:
         # it while parked, and wait for its answer without a bound of our own.
         self.gate_parks = False
         self.gate_stops = False
+        self._greeting = threading.Event()  # the agent answered a hello
+        self._greeting_awaited = False
         self.link: AgentLink | None = None
         if socket_path:
             self.link = AgentLink(
@@ -108,6 +118,7 @@ class Runtime:
             finally:
                 self.phase_now = previous
             return
+        self._await_greeting()
         gated = self.gate_wait_s is not None and self.phase_now is not parsed
         with self._cv:
             # A gate that parks brings a pod it parked back only when the pod
@@ -143,6 +154,21 @@ class Runtime:
                 # Back in an enclosing block's phase: said without waiting (a
                 # suspend, or a turn at the gate, must not land inside a block).
                 self.link.notify(proto.OP_PHASE, phase=now.value)
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[Phase]:
+        """The pod's first allocation, reported as a weight sync (``rlix.loading``)."""
+        with self.phase(Phase.WEIGHT_SYNC) as phase:
+            yield phase
+
+    def _await_greeting(self) -> None:
+        """Before the first phase block: wait (bounded) to hear whether the agent
+        gates phases (``CONNECT_WAIT_S``, ``GREETING_WAIT_S``)."""
+        if self.link is None or self._greeting_awaited:
+            return
+        self._greeting_awaited = True
+        if self.link.connected.wait(CONNECT_WAIT_S):
+            self._greeting.wait(GREETING_WAIT_S)
 
     def _open_block(self, phase: Phase) -> tuple[object, Phase | None]:
         """Note a block of ``phase`` open; its token, and the phase the process was in."""
@@ -219,6 +245,12 @@ class Runtime:
         """The agent's answer to our hello: whether it runs a phase gate."""
         if op != proto.OP_HELLO:
             return
+        try:
+            self._read_greeting(reply)
+        finally:
+            self._greeting.set()
+
+    def _read_greeting(self, reply: proto.Reply) -> None:
         gate = reply.body.get("phaseGate")
         bound = gate.get("maxWaitS") if isinstance(gate, dict) else None
         if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0:

@@ -384,6 +384,57 @@ def test_the_client_says_it_stops_at_safe_points_only_to_an_agent_that_takes_it(
     ]
 
 
+class RecordingLink:
+    """What a Runtime sends, each request answered ok at once; connected."""
+
+    def __init__(self) -> None:
+        self.connected = threading.Event()
+        self.connected.set()
+        self.sent: list[tuple[str, dict[str, object]]] = []
+
+    def request(self, op: str, **args: object) -> Future[proto.Reply]:
+        self.sent.append((op, args))
+        done: Future[proto.Reply] = Future()
+        done.set_result(proto.Reply(re=1, ok=True, body={}))
+        return done
+
+    def notify(self, op: str, **args: object) -> None:
+        self.request(op, **args)
+
+
+@pytest.mark.parametrize("answered", [True, False], ids=["hello-answered", "no-answer"])
+def test_the_first_phase_block_waits_for_the_hello_reply_to_know_the_gate(
+    answered: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A load opened before the agent's answer to the hello would go in without
+    # asking the gate (into memory a partner holds): the first block waits for
+    # that answer, bounded, and then asks the gate. An agent that never
+    # answers costs the wait's bound once, and the block goes in as without
+    # a gate.
+    from rlix.client import runtime
+
+    monkeypatch.setattr(runtime, "GREETING_WAIT_S", 0.5)
+    rt = runtime.Runtime(None)
+    link = RecordingLink()
+    rt.link = link  # type: ignore[assignment]
+    gate = {"maxWaitS": 30, "parksAtGate": True}
+    reply = proto.Reply(re=1, ok=True, body={"phaseGate": gate})
+    if answered:
+        threading.Timer(0.2, rt._greeted, args=(proto.OP_HELLO, reply)).start()
+    with rt.loading() as phase:
+        assert phase is Phase.WEIGHT_SYNC
+    first = link.sent[0]
+    if answered:
+        assert first == (proto.OP_PHASE, {"phase": "weight-sync", "wait": True})
+    else:
+        assert first == (proto.OP_PHASE, {"phase": "weight-sync"})
+    link.sent.clear()
+    rt._greeted(proto.OP_HELLO, reply)
+    with rt.phase("training"):  # later blocks do not wait for anything more
+        pass
+    assert link.sent[0] == (proto.OP_PHASE, {"phase": "training", "wait": True})
+
+
 def test_without_the_gate_the_hello_says_so_and_a_wait_is_answered_at_once(
     tmp_path: Path,
 ) -> None:

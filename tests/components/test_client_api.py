@@ -20,6 +20,7 @@ def test_public_surface_is_pinned() -> None:
         "agent_connected",
         "cap_torch_memory",
         "configure",
+        "loading",
         "memory_budget_mib",
         "phase",
         "register_engine",

@@ -66,6 +66,7 @@ def test_plain_loop_reports_phases_and_resumes_to_the_same_losses(tmp_path: Path
             run.close()
     assert losses == expected
     assert phases["phases"] == [
+        "weight-sync",  # rlix.loading(): the model built and loaded
         *["rollout", "scoring", "training", "weight-sync"] * STEPS,
         "idle",
     ]
