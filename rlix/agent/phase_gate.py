@@ -124,16 +124,24 @@ class PhaseGate:
         self.max_wait_s = max_wait_s
 
     def enter(
-        self, pod: str, process: object, phase: Phase, go: Go, *, safe_points: bool = False
+        self,
+        pod: str,
+        process: object,
+        phase: Phase,
+        go: Go,
+        *,
+        safe_points: bool = False,
+        loading: bool = False,
     ) -> bool:
         """``process`` (of pod uid ``pod``) enters ``phase``. True: it goes now;
         False: ``go`` is called when it may (from another thread).
         ``safe_points``: it stops at safe points in ``phase`` (a parking gate
-        may park it there for a partner's weight sync, ``Turns``)."""
+        may park it there for a partner's weight sync, ``Turns``); ``loading``:
+        a weight sync that is the pod's first allocation (``Turns.enter``)."""
         with self._lock:
             released = self._refresh()
             goes = self._turns.enter(
-                pod, process, phase, self._clock(), go, safe_points=safe_points
+                pod, process, phase, self._clock(), go, safe_points=safe_points, loading=loading
             )
             released += self._admit()
             self._changed.notify_all()

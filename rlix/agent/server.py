@@ -221,6 +221,9 @@ class AgentServer:
                     # A sync may park a process at its safe points: it may
                     # say which phases it stops at ("safe_points").
                     "stopsAtSafePoints": self.gate.parks,
+                    # A weight sync may say it is a first allocation ("loading"),
+                    # which parks no working pod (its length is not the sync's).
+                    "takesLoading": True,
                 }
             )
             return proto.encode_reply(req.id, pod=pod.key, node=self._node, phaseGate=gate, **state)
@@ -242,8 +245,22 @@ class AgentServer:
                 raise proto.ProtocolError(
                     proto.E_BAD_FIELD, "'safe_points' must be true or false", msg_id=req.id
                 )
+            loading = req.args.get("loading", False)
+            if not isinstance(loading, bool):
+                raise proto.ProtocolError(
+                    proto.E_BAD_FIELD, "'loading' must be true or false", msg_id=req.id
+                )
+            if loading and phase is not Phase.WEIGHT_SYNC:
+                raise proto.ProtocolError(
+                    proto.E_BAD_FIELD,
+                    f"'loading' goes with weight-sync (the weights' first arrival), "
+                    f"not {phase.value}",
+                    msg_id=req.id,
+                )
             if wait and self.gate is not None:
-                return self._gated_phase(conn, req.id, phase, safe_points=safe_points)
+                return self._gated_phase(
+                    conn, req.id, phase, safe_points=safe_points, loading=loading
+                )
             since = self._set_phase(pod.uid, pod, phase)
             if self.gate is not None:  # in that phase now, inside a block, or not taking part
                 self.gate.returned(pod.uid, conn, phase, adopt=conn.reports_phase_now)
@@ -266,12 +283,19 @@ class AgentServer:
         return proto.encode_reply(req.id)
 
     def _gated_phase(
-        self, conn: Connection, msg_id: int, phase: Phase, *, safe_points: bool = False
+        self,
+        conn: Connection,
+        msg_id: int,
+        phase: Phase,
+        *,
+        safe_points: bool = False,
+        loading: bool = False,
     ) -> bytes | None:
         """Let the process into ``phase`` through the gate: the reply now, or
         None and the reply once the gate lets it in (its phase is recorded
         and published then, not while it waits). ``safe_points``: it stops at
-        safe points in ``phase``, so a partner's weight sync may park it there."""
+        safe points in ``phase``, so a partner's weight sync may park it there.
+        ``loading``: the weight sync is its first allocation (``rlix.loading()``)."""
         pod = conn.caller.pod
         assert pod is not None and self.gate is not None
 
@@ -282,7 +306,7 @@ class AgentServer:
             )
             conn.send_if_open(reply)
 
-        if not self.gate.enter(pod.uid, conn, phase, go, safe_points=safe_points):
+        if not self.gate.enter(pod.uid, conn, phase, go, safe_points=safe_points, loading=loading):
             return None
         since = self._set_phase(pod.uid, pod, phase)
         return proto.encode_reply(msg_id, since=since, waited_s=0.0, expired=False)

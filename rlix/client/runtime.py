@@ -91,6 +91,7 @@ class Runtime:
         # it while parked, and wait for its answer without a bound of our own.
         self.gate_parks = False
         self.gate_stops = False
+        self.gate_loads = False  # it takes "loading" with a phase
         self._greeting = threading.Event()  # the agent answered a hello
         self._greeting_awaited = False
         self.link: AgentLink | None = None
@@ -109,7 +110,11 @@ class Runtime:
 
     # -- trainer side ------------------------------------------------------------
     @contextlib.contextmanager
-    def phase(self, phase: str | Phase, *, safe_points: bool = False) -> Iterator[Phase]:
+    def phase(
+        self, phase: str | Phase, *, safe_points: bool = False, loading: bool = False
+    ) -> Iterator[Phase]:
+        """A phase block (``rlix.phase``); ``loading``: a weight sync that is the
+        process's first allocation (``rlix.loading``)."""
         parsed = parse_phase(phase)
         if self.link is None:  # no-op mode: one validation, nothing else
             previous, self.phase_now = self.phase_now, parsed
@@ -130,7 +135,7 @@ class Runtime:
         token, previous = self._open_block(parsed)
         if gated:
             try:
-                self._enter_through_gate(parsed, safe_points=safe_points)
+                self._enter_through_gate(parsed, safe_points=safe_points, loading=loading)
                 with self._cv:
                     self._cv.wait_for(self._may_run)  # a suspend may have come meanwhile
                     self._active += 1
@@ -158,7 +163,7 @@ class Runtime:
     @contextlib.contextmanager
     def loading(self) -> Iterator[Phase]:
         """The pod's first allocation, reported as a weight sync (``rlix.loading``)."""
-        with self.phase(Phase.WEIGHT_SYNC) as phase:
+        with self.phase(Phase.WEIGHT_SYNC, loading=True) as phase:
             yield phase
 
     def _await_greeting(self) -> None:
@@ -186,12 +191,19 @@ class Runtime:
             self.phase_now = self._open[-1][1] if self._open else None
             return self.phase_now
 
-    def _enter_through_gate(self, phase: Phase, *, safe_points: bool = False) -> None:
+    def _enter_through_gate(
+        self, phase: Phase, *, safe_points: bool = False, loading: bool = False
+    ) -> None:
         """Report ``phase`` and wait until the agent's phase gate lets us in;
-        ``safe_points``: say that this block calls ``safe_point()`` (where the
-        agent takes it)."""
+        ``safe_points``: say that this block calls ``safe_point()``, and
+        ``loading``: that it is the first allocation (each where the agent
+        takes it: an older one refuses a field it does not know)."""
         assert self.link is not None and self.gate_wait_s is not None
-        extra = {"safe_points": True} if safe_points and self.gate_stops else {}
+        extra: dict[str, bool] = {}
+        if safe_points and self.gate_stops:
+            extra["safe_points"] = True
+        if loading and self.gate_loads:
+            extra["loading"] = True
         fut = self.link.request(proto.OP_PHASE, phase=phase.value, wait=True, **extra)
         # A parking gate holds a pod whose memory does not fit past the bound
         # (going in would run the GPU out of memory); a lost agent still ends
@@ -263,6 +275,11 @@ class Runtime:
         # a field it does not know).
         self.gate_stops = (
             self.gate_parks and isinstance(gate, dict) and gate.get("stopsAtSafePoints") is True
+        )
+        self.gate_loads = (
+            self.gate_wait_s is not None
+            and isinstance(gate, dict)
+            and gate.get("takesLoading") is True
         )
 
     def _hello(self) -> list[tuple[str, dict[str, Any]]]:

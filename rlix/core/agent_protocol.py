@@ -107,7 +107,7 @@ AGENT_OPS: Final = frozenset({OP_SUSPEND, OP_RELEASE, OP_REGROW, OP_RESUME})
 # or a forged identity claim is loud instead of silently ignored.
 _FIELDS: Final[Mapping[str, frozenset[str]]] = {
     OP_HELLO: frozenset({"hooks", "client", "parked"}),
-    OP_PHASE: frozenset({"phase", "wait", "safe_points"}),
+    OP_PHASE: frozenset({"phase", "wait", "safe_points", "loading"}),
     OP_USAGE: frozenset({"gpu", "memory_mib", "utilization"}),
     OP_ACTIVE_REPLICAS: frozenset(),
     OP_SUSPEND_POD: frozenset({"pod_uid", "target", "reason"}),

@@ -350,6 +350,21 @@ def test_a_bad_safe_points_field_is_refused_by_name(agent: AgentProcess) -> None
 
 
 @pytest.mark.parametrize(
+    ("fields", "named"),
+    [({"phase": "weight-sync", "loading": "yes"}, "'loading' must be true or false"),
+     ({"phase": "training", "loading": True}, "'loading' goes with weight-sync")],
+    ids=["not-a-bool", "not-a-sync"],
+)  # fmt: skip
+def test_a_bad_loading_field_is_refused_by_name(
+    agent: AgentProcess, fields: dict[str, object], named: str
+) -> None:
+    line = proto.encode_request(1, proto.OP_PHASE, wait=True, **fields)
+    (reply,) = _as_pod(agent, UID_A, line)
+    assert not reply.ok
+    assert reply.error_code == proto.E_BAD_FIELD and named in (reply.error_message or "")
+
+
+@pytest.mark.parametrize(
     ("gate", "stops"),
     [({"maxWaitS": 30, "parksAtGate": True, "stopsAtSafePoints": True}, True),
      ({"maxWaitS": 30, "parksAtGate": True}, False),
@@ -417,15 +432,15 @@ def test_the_first_phase_block_waits_for_the_hello_reply_to_know_the_gate(
     rt = runtime.Runtime(None)
     link = RecordingLink()
     rt.link = link  # type: ignore[assignment]
-    gate = {"maxWaitS": 30, "parksAtGate": True}
+    gate = {"maxWaitS": 30, "parksAtGate": True, "takesLoading": True}
     reply = proto.Reply(re=1, ok=True, body={"phaseGate": gate})
     if answered:
         threading.Timer(0.2, rt._greeted, args=(proto.OP_HELLO, reply)).start()
     with rt.loading() as phase:
         assert phase is Phase.WEIGHT_SYNC
     first = link.sent[0]
-    if answered:
-        assert first == (proto.OP_PHASE, {"phase": "weight-sync", "wait": True})
+    if answered:  # and it says it is a load, which this agent takes
+        assert first == (proto.OP_PHASE, {"phase": "weight-sync", "wait": True, "loading": True})
     else:
         assert first == (proto.OP_PHASE, {"phase": "weight-sync"})
     link.sent.clear()
@@ -433,6 +448,14 @@ def test_the_first_phase_block_waits_for_the_hello_reply_to_know_the_gate(
     with rt.phase("training"):  # later blocks do not wait for anything more
         pass
     assert link.sent[0] == (proto.OP_PHASE, {"phase": "training", "wait": True})
+    # An older agent refuses a field it does not know: "loading" goes only
+    # where the hello's reply says it is taken.
+    link.sent.clear()
+    older = {"maxWaitS": 30, "parksAtGate": True}
+    rt._greeted(proto.OP_HELLO, proto.Reply(re=1, ok=True, body={"phaseGate": older}))
+    with rt.loading():
+        pass
+    assert link.sent[0] == (proto.OP_PHASE, {"phase": "weight-sync", "wait": True})
 
 
 def test_without_the_gate_the_hello_says_so_and_a_wait_is_answered_at_once(

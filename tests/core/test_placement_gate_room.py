@@ -397,3 +397,21 @@ def test_a_resume_handed_to_the_gate_of_an_idle_pod_comes_back_when_it_asks() ->
     t.enter("r", "r0", Phase.IDLE, 3.0, "tr2")
     [back] = t.admit(3.0)
     assert (back.ticket, back.restore, back.park) == ("tt", True, ("r",))
+
+
+def test_a_load_parks_no_pod_that_works_where_a_sync_would() -> None:
+    # s's weight sync may park t, which trains and stops at safe points; the
+    # same weight sync said to be s's first allocation (its model load) waits:
+    # the stop pays for a sync's declared seconds, and a load's are not those.
+    t, [synced] = trainer_working_sync_waiting(safe_points=True)
+    assert synced.park == ("t",)
+    t = memory_turns_named("t", "s")
+    t.set_cycles({"t": TRAINER_POOL, "s": ROLLOUT_POOL})
+    t.enter("t", "t0", Phase.TRAINING, 0.0, "tt", safe_points=True)
+    t.admit(0.0)
+    t.set_memory({"t": {0: TRAINER_32B}}, {0: H200_MIB})
+    assert not t.enter("s", "s0", Phase.WEIGHT_SYNC, 1.0, "ts", loading=True)
+    assert t.admit(1.0) == [] and t.stopped() == []
+    t.enter("t", "t0", Phase.IDLE, 2.0, "tt2")
+    [loaded] = t.admit(2.0)
+    assert (loaded.ticket, loaded.park) == ("ts", ("t",))

@@ -53,6 +53,7 @@ class Checked(Simulation):
     that work hold their peaks and every other pod a context, within memory."""
 
     worst = 0
+    check_loads = False  # loading pods count at their peak too
 
     def _refresh(self, ids: set[int], t: float) -> None:
         super()._refresh(ids, t)
@@ -63,6 +64,8 @@ class Checked(Simulation):
                     run = self.runs[j]
                     for q in run.pods_on(node, g):
                         works = self.pod_pressure_phase(run, q) is not None
+                        if self.check_loads:
+                            works = works or self.loading(run, q, t)
                         held += self._pod_peak(run, q) if works else CONTEXT_MIB
                 Checked.worst = max(Checked.worst, held)
 
@@ -139,20 +142,32 @@ def test_each_turn_pays_its_copies_and_only_where_both_peaks_do_not_fit(
     assert charged.makespan_s <= free.makespan_s / keep
 
 
-def test_rlix_pairs_two_jobs_whose_pods_fit_a_gpu_only_by_turns() -> None:
+def test_rlix_pairs_two_jobs_whose_pods_fit_a_gpu_only_by_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Two 14B disaggregated jobs of one node each: 71,886 and 72,289 MiB pods,
     # two of which are 1 MiB over an H200 at both peaks. As built the second
     # waits for the first; parking at the gate, its rollout pods take turns
-    # with the first's trainer pods and the other way round. The engine's
-    # candidate index (room after residents' smallest phase) must not rule
-    # such a node out before the policy is asked.
+    # with the first's trainer pods and the other way round, within memory.
+    # The engine's candidate index (room after residents' smallest phase)
+    # must not rule such a node out before the policy is asked.
     a, b = (disagg(f"t/{n}", i, model="14b", gpus=8, rollout_gpus=4) for i, n in enumerate("ab"))
     alone = JobProfile(a).first_load_s + JobProfile(a).timeline(0).total_s
     built = simulate(mix_of(a, b), rlix(DEFAULT))
-    parked = simulate(mix_of(a, b), rlix(DEFAULT, parks_at_gate=True))
     assert max(built.jct_s) > 1.9 * alone
-    assert max(parked.jct_s) < 1.1 * alone
-    assert parked.over_memory == 0.0
+    parked = simulate(mix_of(a, b), rlix(DEFAULT, parks_at_gate=True))
+    assert parked.over_memory == 0.0 and parked.by_turns > 0.5
+    # Each pod's load goes in only where its peak fits: the second job's wait
+    # for the first's, then for the first's busy pools, so it starts out of
+    # step (its rollout ends as the first's begins), and the gate's turns do
+    # not bring it back in step: both take about twice their length alone,
+    # no better than one after the other.
+    assert 1.9 * alone < min(parked.jct_s) and max(parked.jct_s) < 2.1 * alone
+    # Let every load in at once (over memory while they load, as the engine
+    # did before 2026-12-07), and the two start in step and stay there.
+    monkeypatch.setattr(engine.Simulation, "holds_peak", lambda self, run, pod, t: False)
+    in_step = simulate(mix_of(a, b), rlix(DEFAULT, parks_at_gate=True))
+    assert max(in_step.jct_s) < 1.1 * alone
 
 
 def test_without_parking_the_rules_and_the_engine_are_as_built() -> None:
@@ -162,3 +177,22 @@ def test_without_parking_the_rules_and_the_engine_are_as_built() -> None:
     assert replace(SharingRules(), parks_at_gate=False) == SharingRules()
     with pytest.raises(ValueError, match="needs rules with an interference matrix"):
         rlix(None, parks_at_gate=True)
+
+
+def test_a_pod_loads_only_where_its_peak_fits_beside_the_pods_that_work_or_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Both jobs are placed at 0 s, and each pod's load (its checkpoint) fills
+    # its peak: on each pair of GPUs the second pod's load waits for the
+    # first's, and for its partner's busy phases, as a trainer's
+    # rlix.loading() waits at the agent's gate; a pod that waits holds nothing.
+    monkeypatch.setattr(Checked, "check_loads", True)
+    gated, worst = run(parks=True, memory_mib=TIGHT)
+    assert worst <= TIGHT and gated.over_memory == 0.0
+    alone = PROFILE.first_load_s + PROFILE.timeline(0).total_s
+    assert gated.makespan_s < 2 * alone
+    # Every pod's load let in at once (counted at a context, as before
+    # 2026-12-07): two peaks load on one GPU.
+    monkeypatch.setattr(Checked, "holds_peak", lambda self, run, pod, t: False)
+    _, worst_ungated = run(parks=True, memory_mib=TIGHT)
+    assert worst_ungated > TIGHT

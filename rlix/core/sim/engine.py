@@ -16,6 +16,7 @@ import functools
 import heapq
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from rlix.core.phases import Phase, Shape, shape_of
 from rlix.core.policy.admission import Admission, GangRequest, place_gang
@@ -46,7 +47,7 @@ from rlix.core.snapshot import PhaseLoad
 
 __all__ = ["DecisionRecord", "SimConfig", "Simulation", "simulate"]
 
-SEGMENT, READY, ARRIVE, SAMPLE, GRACE_ENDS, AGED, RETRY = 0, 1, 2, 3, 4, 5, 6
+SEGMENT, READY, ARRIVE, SAMPLE, GRACE_ENDS, AGED, RETRY, LOADED = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 # (each pod's GPUs, largest first; peak per-GPU MiB)
@@ -64,6 +65,17 @@ def _dominates(a: GangShape, b: GangShape) -> bool:
         and len(pa) <= len(pb)
         and all(x <= y for x, y in zip(pa, pb[: len(pa)], strict=True))
     )
+
+
+@dataclass(slots=True)
+class _Load:
+    """A job's load (a checkpoint, or parked memory restored) where the gate
+    parks: each pod's goes in once its peak fits beside the pods that work
+    (``rlix.loading()`` and a conductor's resume, on a cluster), and the job
+    runs once the last has ended."""
+
+    seconds: float
+    started: dict[int, float] = field(default_factory=dict)  # pod -> when it went in
 
 
 class Simulation:
@@ -163,6 +175,9 @@ class Simulation:
         # which make no progress (rate 0) until the sync ends.
         self.stops: dict[int, set[int]] = {}
         self.stopped: set[int] = set()
+        # A job placed where the gate parks loads pod by pod, each where its
+        # peak fits (``_Load``); job -> its load, until it runs.
+        self.loads: dict[int, _Load] = {}
         # Rules that do not ask both peaks to fit (no matrix: the cluster's)
         # leave pairs that meet both on a GPU; the conductor's rule 3 parks
         # one (``overflow``). Then a sharing job steps phase by phase (a
@@ -222,6 +237,8 @@ class Simulation:
             elif version == self.runs[job].version:
                 if kind == SEGMENT:
                     self._segment_end(self.runs[job], t)
+                elif kind == LOADED:  # a pod's load ended: its room beyond a context is free
+                    self._refresh(self._neighbours(self.runs[job]) | {job}, t)
                 else:
                     self._ready(self.runs[job], t)
             if self.dirty and (not self.heap or self.heap[0][0] > t):
@@ -251,6 +268,7 @@ class Simulation:
 
     # -- job dynamics ----------------------------------------------------------
     def _ready(self, run: Run, t: float) -> None:
+        self.loads.pop(run.id, None)
         run.state = State.RUNNING
         run.t_ref = t
         self.running_priorities[run.spec.priority] += 1
@@ -345,6 +363,9 @@ class Simulation:
             if shared and not run.stepping:
                 run.seg = was
             run.stepping = shared
+        if self.loads:
+            for jid in sorted(ids & self.loads.keys()):
+                self._start_loads(self.runs[jid], t)
         if self.gate_rules is not None:
             self._gate(active, t)
         if self.parks:
@@ -420,8 +441,13 @@ class Simulation:
                     for q in other.pods_on(node, g):
                         state = None if waits else self.pod_pressure_phase(other, q)
                         if self.parks:
-                            # A stopped pod's room is kept for it (the agent's ``Turns``).
-                            parked = state is None and j not in self.stopped
+                            # A stopped pod's room is kept for it (the agent's
+                            # ``Turns``), and a loading one fills its peak.
+                            parked = (
+                                state is None
+                                and j not in self.stopped
+                                and not self.loading(other, q, t)
+                            )
                             need += CONTEXT_MIB if parked else self._pod_peak(other, q)
                             if syncs and state is not None and self._stoppable(run, other, q, t):
                                 freed += self._pod_peak(other, q) - CONTEXT_MIB
@@ -641,14 +667,68 @@ class Simulation:
         run.version += 1
         self.cluster.attach(run)
         self._forget_groups(run)
-        self._push(t + run.delay, READY, run.id, run.version)
+        if self.parks:
+            self.loads[run.id] = _Load(run.delay)
+            self._start_loads(run, t)
+        else:
+            self._push(t + run.delay, READY, run.id, run.version)
         run.delay = 0.0
         self._refresh(self._neighbours(run), t)
+
+    def _start_loads(self, run: Run, t: float) -> None:
+        """Where the gate parks: start the load of each of ``run``'s pods whose
+        peak fits now beside the pods that work or load on its GPUs (the
+        others parked, a context each), as the agent's gate lets a pod's
+        ``rlix.loading()`` in; once the last has started, the job runs when
+        it ends. A waiting pod holds nothing (its memory is not there yet)."""
+        load = self.loads[run.id]
+        pending = [k for k in range(len(run.placements)) if k not in load.started]
+        if not pending:
+            return  # all under way: its READY is pushed
+        went = [k for k in pending if self._load_fits(run, k, t)]
+        for k in went:
+            load.started[k] = t
+        if len(load.started) == len(run.placements):
+            self._push(max(load.started.values()) + load.seconds, READY, run.id, run.version)
+        elif went:  # their loads end before the job's: their room beyond a context frees then
+            self._push(t + load.seconds, LOADED, run.id, run.version)
+
+    def _load_fits(self, run: Run, pod: int, t: float) -> bool:
+        """Whether ``pod``'s peak fits on each of its GPUs beside the pods there
+        the gate counts at theirs (``holds_peak``), every other one a context."""
+        node, gpus = run.placements[pod]
+        res = self.cluster.res
+        for g in gpus:
+            need = self._pod_peak(run, pod)
+            for j in dict.fromkeys(res[node][g]):
+                if j == run.id:
+                    continue
+                other = self.runs[j]
+                for q in other.pods_on(node, g):
+                    peak = self.holds_peak(other, q, t)
+                    need += self._pod_peak(other, q) if peak else CONTEXT_MIB
+            if need > self.config.memory_mib:
+                return False
+        return True
+
+    def loading(self, run: Run, pod: int, t: float) -> bool:
+        """Whether pod ``pod`` of ``run`` is loading at ``t`` (gated loads only)."""
+        load = self.loads.get(run.id)
+        went = None if load is None else load.started.get(pod)
+        return went is not None and load is not None and t < went + load.seconds
+
+    def holds_peak(self, run: Run, pod: int, t: float) -> bool:
+        """Whether the gate counts pod ``pod`` of ``run`` at its peak at ``t``: it
+        works, loads, or was stopped by a sync (its room is kept for it)."""
+        if run.id in self.stopped or self.loading(run, pod, t):
+            return True
+        return self.pod_pressure_phase(run, pod) is not None
 
     def stop(self, run: Run, t: float) -> None:
         """Take ``run`` off its GPUs (its progress as of ``t``) and re-plan its neighbours."""
         self.released += 1
         self._ungate(run)
+        self.loads.pop(run.id, None)
         neighbours = self._neighbours(run)
         if run.state is State.RUNNING:
             run.advance(t)

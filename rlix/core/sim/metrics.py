@@ -182,8 +182,8 @@ class Recorder:
     # The gate parks the pods that do not work (``SharingRules.parks_at_gate``):
     # a GPU over its memory at everyone's holdings holds the largest and a
     # CUDA context for each other pod (an upper bound: the one resident is
-    # the one that works, or worked last), unless a pod there loads or
-    # restores: that does not go through the gate, so it stays over.
+    # the one that works, or worked last). Loads and restores go through the
+    # gate too (the engine's ``_start_loads``), so no GPU stays over for them.
     parks_at_gate: bool = False
     bytes_moved: float = 0.0
     preemptions: int = 0
@@ -293,10 +293,8 @@ class Recorder:
                 allocated += 1
                 demand = owed = now = 0.0
                 held: list[int] = []
-                loading = False
                 for i, j in enumerate(holders):
                     run = self.runs[j]
-                    loading = loading or run.state is State.LOADING
                     if run.spec.disaggregated:  # per pod: the one(s) on this GPU
                         if j in holders[:i]:
                             continue  # two of its pods here: both counted below, once
@@ -317,7 +315,10 @@ class Recorder:
                     owed += o
                     now += m
                     held.append(m)
-                if self.parks_at_gate and now > cap and len(held) > 1 and not loading:
+                # Where the gate parks, a GPU over its memory at everyone's
+                # peaks holds one by turns: loads too go in only where their
+                # peak fits (the engine's ``_start_loads``), the others parked.
+                if self.parks_at_gate and now > cap and len(held) > 1:
                     now = max(held) + CONTEXT_MIB * (len(held) - 1)
                     turns += 1
                 busy += min(1.0, demand)

@@ -111,6 +111,7 @@ class _Waiter(Generic[T]):
     ticket: T | None
     phase: Phase | None = None
     safe_points: bool = False  # its process stops at safe points in that phase
+    loading: bool = False  # a weight sync that is its first allocation: it stops nobody
     # Past its bound but held because its memory does not fit: no deadline of
     # its own any more (it goes when room is made, see ``admit``).
     held_by_memory: bool = False
@@ -247,6 +248,7 @@ class Turns(Generic[P, T]):
         ticket: T,
         *,
         safe_points: bool = False,
+        loading: bool = False,
     ) -> bool:
         """``process`` of ``pod`` is about to enter ``phase`` (ending the one it was in).
 
@@ -254,6 +256,9 @@ class Turns(Generic[P, T]):
         :meth:`admit` when it may go (also where it may go at once but only
         after memory moves, which the admission names). ``safe_points``: it
         stops at safe points inside ``phase``, so a sync may park it there.
+        ``loading``: the weight sync is the pod's first allocation (its model
+        load), which parks no pod that works: what a stop pays for is the
+        sync's declared seconds, and a load's are not those.
         """
         self._forget_process(process, now)
         self._pod_of[process] = pod
@@ -261,10 +266,12 @@ class Turns(Generic[P, T]):
         if shape is Shape.NONE:
             return True  # idle: nothing to wait for, and it stops holding
         busy: Busy = (shape, 1.0)  # a cluster knows no pressure below full
-        if self._works(pod) or self._goes_without_moves(pod, busy, phase, now):
+        if self._works(pod) or self._goes_without_moves(pod, busy, phase, now, loading=loading):
             self._set_working(pod, process, busy, phase, now, safe_points=safe_points)
             return True
-        self._waiting[process] = _Waiter(pod, process, busy, now, ticket, phase, safe_points)
+        self._waiting[process] = _Waiter(
+            pod, process, busy, now, ticket, phase, safe_points, loading=loading
+        )
         return False
 
     def returned(self, pod: str, process: P, phase: Phase, now: float, *, adopt: bool) -> bool:
@@ -349,7 +356,11 @@ class Turns(Generic[P, T]):
             goes = works or comeback or self._may_enter(waiter.pod, waiter.busy)
             if not goes and waited < self.max_wait_s:
                 continue
-            room = Room() if works else self._room(waiter.pod, waiter.phase, now)
+            room = (
+                Room()
+                if works
+                else self._room(waiter.pod, waiter.phase, now, loading=waiter.loading)
+            )
             if room is None:
                 waiter.held_by_memory = waited >= self.max_wait_s
                 continue
@@ -504,19 +515,24 @@ class Turns(Generic[P, T]):
         key = _Comeback(pod)
         self._waiting[key] = _Waiter(pod, key, busy, since, None)
 
-    def _goes_without_moves(self, pod: str, busy: Busy, phase: Phase, now: float) -> bool:
+    def _goes_without_moves(
+        self, pod: str, busy: Busy, phase: Phase, now: float, *, loading: bool
+    ) -> bool:
         """It gains by entering, and its memory is on its GPUs with room beside
         the pods there (nothing to park, nothing to bring back)."""
         if not self._may_enter(pod, busy) or pod in self._gate_parked:
             return False
-        return self._room(pod, phase, now) == Room()
+        return self._room(pod, phase, now, loading=loading) == Room()
 
-    def _room(self, pod: str, phase: Phase | None, now: float) -> Room | None:
+    def _room(
+        self, pod: str, phase: Phase | None, now: float, *, loading: bool = False
+    ) -> Room | None:
         """What must be parked for ``pod`` to work (``gate_room``), entering
         ``phase``; Room() where memory is not known. It and the pods that work
         count at their peak (they may grow to it in their phase), and so do
         the stopped pods (their room is kept for them), the others at what
-        they hold. A sync may park pods that work and stop at safe points."""
+        they hold. A sync may park pods that work and stop at safe points
+        (not a load: ``enter``'s ``loading``)."""
         if self._capacity is None:
             return Room()
         stopped = self._stopped - {pod}
@@ -528,7 +544,7 @@ class Turns(Generic[P, T]):
         need[pod] = self._at_peak(pod)
         resident = (set(self._footprints) - self._gate_parked) | stopped
         interruptible: set[str] = set()
-        if phase is not None and parks_working_for(phase):
+        if phase is not None and parks_working_for(phase) and not loading:
             interruptible = {p for p in self._pods if p != pod and self._may_stop(p, pod, now)}
         return room_for(
             pod,
