@@ -5,9 +5,12 @@
 - Two pods run the client library (e2e/probes/parking_trainer.py) in real
   containers, the socket directory mounted as the operator mounts it. Each
   declares a peak of 0.6 of the GPU (``rlix.io/gpu-memory-mib``, which the
-  agent reads from its listing of the node's pods), holds its weights
-  outside its phases and its peak inside them, and loops on training phases
-  over the same window of wall-clock time.
+  agent reads from its listing of the node's pods) and GPU 0
+  (``rlix.io/gpu-indices``), loads at its peak inside ``rlix.loading()`` at
+  the same moment as the other (the second load waits for the first's, and
+  the two never overlap), holds its weights outside its phases and its peak
+  inside them, and loops on training phases over the same window of
+  wall-clock time.
 - Their peaks do not fit the GPU together: each goes in only once the other,
   idle or waiting, is parked, and is brought back at its own turn. Their
   training phases never overlap, every report of a peak fits the simulated
@@ -32,6 +35,7 @@ import pytest
 
 from e2e.realnode_pods import advertised_gpus, agent_daemonset, probe_pod, run_until_done
 from rlix.core.names import (
+    ANNOTATION_GPU_INDICES,
     ANNOTATION_GPU_MEMORY_MIB,
     ANNOTATION_PHASE_SECONDS,
     ANNOTATION_SUSPENDED,
@@ -44,6 +48,7 @@ pytestmark = pytest.mark.realnode
 PROBE = Path(__file__).parent / "probes" / "parking_trainer.py"
 MAX_WAIT_S = 120
 START_DELAY_S, WINDOW_S = 15.0, 15.0  # as e2e/test_phase_gate_real_node.py, a little longer
+LOAD_BEFORE_S = 7.0  # both load this long before their phases start (each load: 2 s)
 GPUS, GPU_MIB = 8, 143_771  # the simulated backend's defaults (the chart changes neither)
 PEAK_MIB, WEIGHTS_MIB = GPU_MIB * 6 // 10, GPU_MIB // 4  # two peaks: 1.2 GPUs
 
@@ -71,12 +76,13 @@ def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
 ) -> None:
     start_at = time.time() + START_DELAY_S
     env = {
+        "LOAD_AT": str(start_at - LOAD_BEFORE_S),
         "START_AT": str(start_at),
         "END_AT": str(start_at + WINDOW_S),
         "PEAK_MIB": str(PEAK_MIB),
         "WEIGHTS_MIB": str(WEIGHTS_MIB),
     }
-    declared = {ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB)}
+    declared = {ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB), ANNOTATION_GPU_INDICES: "0"}
     pods = ("park-a", "park-b")
     events, notes = run_until_done(
         dev,
@@ -95,6 +101,11 @@ def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
         )
     # Told by the agent they reached through the mounted socket that its gate parks.
     assert all(of(p, "ready")[0]["parks"] for p in pods), events
+    # Each loaded at its peak, one after the other: the second waited at the
+    # gate for room on the GPU its pod declares (it held nothing there yet).
+    (load_a,), (load_b,) = (of(p, "loaded") for p in pods)
+    overlap = min(load_a["left"], load_b["left"]) - max(load_a["entered"], load_b["entered"])
+    assert overlap <= 0, f"loads overlap by {overlap:.3f} s: {events}"
     a, b = (of(p, "phase") for p in pods)
     assert len(a) >= 3 and len(b) >= 3, events
     overlaps = [min(x["left"], y["left"]) - max(x["entered"], y["entered"]) for x in a for y in b]
@@ -118,6 +129,7 @@ def test_a_weight_sync_parks_a_trainer_mid_phase_at_its_safe_points(
     the agent brings it back, its buffer intact, once the sync has left."""
     start_at = time.time() + START_DELAY_S
     common = {
+        "LOAD_AT": str(start_at - LOAD_BEFORE_S),
         "START_AT": str(start_at),
         "END_AT": str(start_at + 2 * WINDOW_S),
         "PEAK_MIB": str(PEAK_MIB),
@@ -138,6 +150,7 @@ def test_a_weight_sync_parks_a_trainer_mid_phase_at_its_safe_points(
                 env={**common, "ROLE": r},
                 annotations={
                     ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB),
+                    ANNOTATION_GPU_INDICES: "0",
                     ANNOTATION_PHASE_SECONDS: json.dumps(cycles[r]),
                 },
             )

@@ -2,9 +2,12 @@
 
 Runs in the node image (python3 and the rlix wheel, no torch). It holds a
 buffer that its offload hook copies to host memory and clears, and its restore
-hook copies back (the agent checks both checksums). It reports its weights
-(``WEIGHTS_MIB``) on simulated GPU 0, waits until the agent's hello has said
-its phase gate parks, then, from ``START_AT`` to ``END_AT`` (wall-clock
+hook copies back (the agent checks both checksums). It waits until the agent's
+hello has said its phase gate parks, then at ``LOAD_AT`` (wall-clock, the same
+for both pods) loads inside ``rlix.loading()``: its peak for ``LOAD_S``
+seconds on simulated GPU 0 (its pod declares GPU 0, ``rlix.io/gpu-indices``),
+then its weights (``WEIGHTS_MIB``), which it keeps outside its phases. Then,
+from ``START_AT`` to ``END_AT`` (wall-clock
 seconds, the same for both pods), runs phases in which it holds its peak
 (``PEAK_MIB``: reported on entering; the simulated GPU refuses a report that
 does not fit), with a pause outside any phase block between them. ``ROLE``:
@@ -16,8 +19,8 @@ does not fit), with a pause outside any phase block between them. ``ROLE``:
   calling ``rlix.safe_point()`` every 0.1 s;
 - ``syncer``: weight-sync phases of ``SYNC_S`` seconds, ``GAP_S`` apart.
 
-One JSON line per phase, park and restore; at the end, inside one more phase
-(so that its memory is back), whether its buffer is what it was.
+One JSON line for its load, each phase, park and restore; at the end, inside
+one more phase (so that its memory is back), whether its buffer is what it was.
 """
 
 import hashlib
@@ -30,10 +33,12 @@ from rlix.client import api
 from rlix.core import agent_protocol as proto
 
 ROLE = os.environ.get("ROLE", "turns")
+LOAD_AT = float(os.environ["LOAD_AT"])
 START_AT = float(os.environ["START_AT"])
 END_AT = float(os.environ["END_AT"])
 PEAK_MIB = int(os.environ["PEAK_MIB"])
 WEIGHTS_MIB = int(os.environ["WEIGHTS_MIB"])
+LOAD_S = 2.0
 PHASE_S = 1.5
 PAUSE_S = 0.3
 TRAIN_S, SYNC_S, GAP_S = 12.0, 0.5, 1.5  # as the sync test's rlix.io/phase-seconds say
@@ -61,13 +66,17 @@ def restore():
     return {"buffer": hashlib.sha256(device).hexdigest()}
 
 
-def at_peak():
+def holds(mib):
     # rlix.report_usage's request, answered: the simulated GPU refuses a
     # report it has no room for, which would mean the gate let us in wrongly.
-    usage = {"gpu": 0, "memory_mib": PEAK_MIB, "utilization": 0.9}
+    usage = {"gpu": 0, "memory_mib": mib, "utilization": 0.9}
     reply = rt.link.request(proto.OP_USAGE, **usage).result(timeout=30)
     if not reply.ok:
         out(event="refused", error=reply.error_message)
+
+
+def at_peak():
+    holds(PEAK_MIB)
 
 
 def one_phase():
@@ -98,8 +107,16 @@ rt = api._get()
 deadline = time.monotonic() + 60
 while not rt.gate_parks and time.monotonic() < deadline:
     time.sleep(0.05)
-rlix.report_usage(gpu=0, memory_mib=WEIGHTS_MIB, utilization=0.1)
 out(event="ready", gate=rt.gate_wait_s, parks=rt.gate_parks, stops=rt.gate_stops, at=time.time())
+time.sleep(max(0.0, LOAD_AT - time.time()))
+asked = time.time()
+with rlix.loading():  # its first allocation: in only where its peak fits on GPU 0
+    entered = time.time()
+    at_peak()
+    time.sleep(LOAD_S)
+    holds(WEIGHTS_MIB)
+    left = time.time()
+out(event="loaded", asked=asked, entered=entered, left=left)
 time.sleep(max(0.0, START_AT - time.time()))
 i = 0
 while time.time() < END_AT:

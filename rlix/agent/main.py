@@ -305,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
         "at safe points (rlix.phase(..., safe_points=True)) and its declared cycle leaves "
         "more of its phase than the stop costs; the gate brings it back once the sync has "
         "left. A resume the conductor wants is handed to the gate, which brings the pod's "
-        "memory back at its turn, where it fits. Experimental: the "
+        "memory back at its turn, where it fits, and a first allocation inside "
+        "rlix.loading() waits for room on the GPUs its pod declares (rlix.io/gpu-indices). "
+        "Experimental: the "
         "extender and the operator put pairs on a GPU that only fit this way when given "
         "--park-at-gate too (docs/node-agent.md, 'Parking at the gate')",
     )

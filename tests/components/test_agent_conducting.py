@@ -99,7 +99,9 @@ class Clock:
         return self.t
 
 
-def loop(pods: Pods, executor: FakeExecutor, clock: Clock | None = None) -> Conducting:
+def loop(
+    pods: Pods, executor: FakeExecutor, clock: Clock | None = None, **extra: Any
+) -> Conducting:
     return Conducting(
         node="node-a",
         pods=pods,
@@ -107,6 +109,7 @@ def loop(pods: Pods, executor: FakeExecutor, clock: Clock | None = None) -> Cond
         publisher=pods,
         now=clock or Clock(),
         rfc3339=rfc3339,
+        **extra,
     )
 
 
@@ -206,15 +209,7 @@ def test_a_resume_the_phase_gate_takes_is_reported_with_the_memory_still_parked(
         offered.append(uid)
         return takes
 
-    conducting = Conducting(
-        node="node-a",
-        pods=pods,
-        executor=executor,
-        publisher=pods,
-        now=Clock(),
-        rfc3339=rfc3339,
-        hand_over=hand_over,
-    )
+    conducting = loop(pods, executor, hand_over=hand_over)
     pods.want(2, State.RUNNING)
     conducting.pass_once()
     conducting.pass_once()
@@ -231,15 +226,7 @@ def test_a_resume_the_phase_gate_takes_is_reported_with_the_memory_still_parked(
 
 def test_each_pass_hands_the_pods_rosters_to_the_socket() -> None:
     pods, executor, book = Pods(), FakeExecutor(), Rosters()
-    conducting = Conducting(
-        node="node-a",
-        pods=pods,
-        executor=executor,
-        publisher=pods,
-        now=Clock(),
-        rfc3339=rfc3339,
-        rosters=book,
-    )
+    conducting = loop(pods, executor, rosters=book)
     conducting.pass_once()
     assert book.of(UID) is None
     roster = ActiveReplicas("rollout", 2, 1, (0,), (1,))

@@ -415,3 +415,19 @@ def test_a_load_parks_no_pod_that_works_where_a_sync_would() -> None:
     t.enter("t", "t0", Phase.IDLE, 2.0, "tt2")
     [loaded] = t.admit(2.0)
     assert (loaded.ticket, loaded.park) == ("ts", ("t",))
+
+
+def test_a_pod_let_in_before_its_memory_shows_counts_at_its_peak() -> None:
+    # Neither pod holds memory yet (both about to load, on GPU 0 as they
+    # declare); a's training goes in. b's load, which would gain beside a's
+    # kernels, waits all the same: a may grow to its peak before the next
+    # reading of the GPUs shows any of it.
+    t: Turns[str, str] = Turns(SharingRules(), 60.0)
+    t.set_gpus({"a": frozenset({0}), "b": frozenset({0})})
+    t.set_memory({}, {0: H200_MIB}, {"a": TRAINER_32B, "b": ROLLOUT_7B})
+    assert t.enter("a", "a0", Phase.TRAINING, 0.0, "ta")
+    assert not t.enter("b", "b0", Phase.WEIGHT_SYNC, 1.0, "tb", loading=True)
+    assert t.admit(1.0) == []
+    t.enter("a", "a0", Phase.IDLE, 2.0, "ta2")
+    [loaded] = t.admit(2.0)
+    assert loaded.ticket == "tb" and loaded.park == ()

@@ -529,10 +529,11 @@ class Turns(Generic[P, T]):
     ) -> Room | None:
         """What must be parked for ``pod`` to work (``gate_room``), entering
         ``phase``; Room() where memory is not known. It and the pods that work
-        count at their peak (they may grow to it in their phase), and so do
-        the stopped pods (their room is kept for them), the others at what
-        they hold. A sync may park pods that work and stop at safe points
-        (not a load: ``enter``'s ``loading``)."""
+        count at their peak (they may grow to it in their phase), also before
+        their memory shows (a load just let in), and so do the stopped pods
+        (their room is kept for them); the others at what they hold. A sync
+        may park pods that work and stop at safe points (not a load:
+        ``enter``'s ``loading``)."""
         if self._capacity is None:
             return Room()
         stopped = self._stopped - {pod}
@@ -541,8 +542,10 @@ class Turns(Generic[P, T]):
             p: self._at_peak(p) if p == pod or p in working else dict(footprint)
             for p, footprint in self._footprints.items()
         }
+        for p in working - need.keys():  # let in before its memory shows (a load under way)
+            need[p] = self._at_peak(p)
         need[pod] = self._at_peak(pod)
-        resident = (set(self._footprints) - self._gate_parked) | stopped
+        resident = (set(self._footprints) - self._gate_parked) | working
         interruptible: set[str] = set()
         if phase is not None and parks_working_for(phase) and not loading:
             interruptible = {p for p in self._pods if p != pod and self._may_stop(p, pod, now)}
