@@ -441,14 +441,8 @@ class Simulation:
                     for q in other.pods_on(node, g):
                         state = None if waits else self.pod_pressure_phase(other, q)
                         if self.parks:
-                            # A stopped pod's room is kept for it (the agent's
-                            # ``Turns``), and a loading one fills its peak.
-                            parked = (
-                                state is None
-                                and j not in self.stopped
-                                and not self.loading(other, q, t)
-                            )
-                            need += CONTEXT_MIB if parked else self._pod_peak(other, q)
+                            peak = self._at_peak(other, q, t, working=state is not None)
+                            need += self._pod_peak(other, q) if peak else CONTEXT_MIB
                             if syncs and state is not None and self._stoppable(run, other, q, t):
                                 freed += self._pod_peak(other, q) - CONTEXT_MIB
                                 here.add(j)
@@ -714,15 +708,21 @@ class Simulation:
     def loading(self, run: Run, pod: int, t: float) -> bool:
         """Whether pod ``pod`` of ``run`` is loading at ``t`` (gated loads only)."""
         load = self.loads.get(run.id)
-        went = None if load is None else load.started.get(pod)
-        return went is not None and load is not None and t < went + load.seconds
+        if load is None or pod not in load.started:
+            return False
+        return t < load.started[pod] + load.seconds
 
     def holds_peak(self, run: Run, pod: int, t: float) -> bool:
-        """Whether the gate counts pod ``pod`` of ``run`` at its peak at ``t``: it
-        works, loads, or was stopped by a sync (its room is kept for it)."""
-        if run.id in self.stopped or self.loading(run, pod, t):
-            return True
-        return self.pod_pressure_phase(run, pod) is not None
+        """Whether the gate counts pod ``pod`` of ``run`` at its peak at ``t``."""
+        return self._at_peak(run, pod, t, working=self.pod_pressure_phase(run, pod) is not None)
+
+    def _at_peak(self, run: Run, pod: int, t: float, *, working: bool) -> bool:
+        """The gate's room test (``gate_room``) counts a resident pod at its
+        peak where it works (as the caller sees it: a pod waiting at the gate
+        does not), loads, or was stopped by a sync (the agent's ``Turns``
+        keeps a stopped pod's room for it); every other pod at a CUDA
+        context, the rest parked."""
+        return working or run.id in self.stopped or self.loading(run, pod, t)
 
     def stop(self, run: Run, t: float) -> None:
         """Take ``run`` off its GPUs (its progress as of ``t``) and re-plan its neighbours."""
