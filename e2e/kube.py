@@ -156,15 +156,18 @@ def one_gpu_role(name: str, kind: str, memory_mib: dict[str, int]) -> dict[str, 
 
 
 def disaggregated_rljob(
-    name: str, mib: int, profile: dict[str, int] | None = None
+    name: str, mib: int, profile: dict[str, int] | None = None, *, loads_through_gate: bool = False
 ) -> dict[str, Any]:
     """A disaggregated GRPO RLJob: a trainer pod and a rollout pod of one GPU
-    each, ``mib`` in their phase and idle; ``profile``: its ``phaseProfile``."""
-    manifest = rljob_manifest(
-        name,
+    each, ``mib`` in their phase and idle; ``profile``: its ``phaseProfile``;
+    ``loads_through_gate``: both roles' ``loadsThroughGate``."""
+    roles = (
         one_gpu_role("policy", "trainer", {"training": mib, "idle": mib}),
         one_gpu_role("gen", "rollout", {"rollout": mib, "idle": mib}),
     )
+    if loads_through_gate:
+        roles = tuple({**r, "loadsThroughGate": True} for r in roles)
+    manifest = rljob_manifest(name, *roles)
     if profile is not None:
         manifest["spec"]["phaseProfile"] = profile
     return manifest

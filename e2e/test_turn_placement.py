@@ -11,12 +11,15 @@ H200 measurement and ``--park-at-gate``, and the real rlix-scheduler binds.
 
 Each job is disaggregated: a trainer pod and a rollout pod of one GPU each,
 declaring the same ``phaseProfile`` (each pool idles while the other works,
-so a pair of them takes turns). At 50000 MiB a pod, two of them are 100000
-MiB, over one GPU, but the larger peak and a CUDA context, 51024, fit; at
-81000 MiB even that does not. As built, without ``--park-at-gate``, the
-second job waits (e2e/test_disaggregated_sharing.py shares only pods whose
-peaks fit together), and a pair on one GPU would be parked by the conductor
-for overflow (tests/core/test_placement_turn_fit.py).
+so a pair of them takes turns) and ``loadsThroughGate`` (their first
+allocation waits at the gate, so a load never lands beside a working
+peak). At 50000 MiB a pod, two of them are 100000 MiB, over one GPU, but
+the larger peak and a CUDA context, 51024, fit; at 81000 MiB even that does
+not, nor does a job whose roles do not load through the gate. As built,
+without ``--park-at-gate``, the second job waits
+(e2e/test_disaggregated_sharing.py shares only pods whose peaks fit
+together), and a pair on one GPU would be parked by the conductor for
+overflow (tests/core/test_placement_turn_fit.py).
 """
 
 from __future__ import annotations
@@ -83,11 +86,11 @@ def test_pods_that_take_turns_share_gpus_that_hold_only_the_larger_peak(
     assert "the larger peak and a CUDA context" in operator.log.read_text()
     ns = new_namespace(cluster)
     try:
-        apply(cluster, ns, disaggregated_rljob("a", 50000, PROFILE))
+        apply(cluster, ns, disaggregated_rljob("a", 50000, PROFILE, loads_through_gate=True))
         wait_for("a Running", lambda: rljob_state(cluster, ns, "a") == "Running", timeout_s=120)
 
         # 81000 + a context is over the GPU even by turns: refused, saying so.
-        apply(cluster, ns, disaggregated_rljob("big", 81000, PROFILE))
+        apply(cluster, ns, disaggregated_rljob("big", 81000, PROFILE, loads_through_gate=True))
         refused = wait_for_condition(
             cluster, ns, "big", "Admitted", lambda c: c["status"] == "False", what="big refused"
         )
@@ -95,8 +98,17 @@ def test_pods_that_take_turns_share_gpus_that_hold_only_the_larger_peak(
         assert "its peak and a CUDA context each must fit" in refused["message"], refused
         cluster.kubectl("delete", "rljob", "big", "-n", ns, "--timeout=60s")
 
+        # 50000 by turns, but its loads would not wait at the gate: refused, saying so.
+        apply(cluster, ns, disaggregated_rljob("elsewhere", 50000, PROFILE))
+        refused = wait_for_condition(
+            cluster, ns, "elsewhere", "Admitted", lambda c: c["status"] == "False", what="refused"
+        )
+        assert refused["reason"] == "WaitingForGPUs", refused
+        assert "only where its role sets loadsThroughGate" in refused["message"], refused
+        cluster.kubectl("delete", "rljob", "elsewhere", "-n", ns, "--timeout=60s")
+
         # 50000 + 50000 is over the GPU; 50000 + a context is not: b shares both with a.
-        apply(cluster, ns, disaggregated_rljob("b", 50000, PROFILE))
+        apply(cluster, ns, disaggregated_rljob("b", 50000, PROFILE, loads_through_gate=True))
         wait_for("b Running", lambda: rljob_state(cluster, ns, "b") == "Running", timeout_s=120)
         admitted = wait_for_condition(
             cluster, ns, "b", "Admitted", lambda c: c["status"] == "True", what="b admitted"

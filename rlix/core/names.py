@@ -45,6 +45,9 @@ LABEL_PREEMPTIBLE: Final = f"{GROUP}/preemptible"  # "true"/"false" (label or an
 ANNOTATION_GANG_SIZE: Final = f"{GROUP}/gang-size"  # pods of the job that must run together
 ANNOTATION_SUSPENDED: Final = f"{GROUP}/suspended"  # "true" while memory is parked off-GPU
 ANNOTATION_GPU_INDICES: Final = f"{GROUP}/gpu-indices"  # "0,1": GPUs the pod holds
+# "true": the pod's processes allocate GPU memory first inside rlix.loading()
+# (the role's loadsThroughGate), so a parking gate may pair it by turns.
+ANNOTATION_LOADS_THROUGH_GATE: Final = f"{GROUP}/loads-through-gate"
 # JSON {phase: seconds} of one iteration as the pod lives it ("idle": waiting
 # on the job's other roles): what the sharing rules weigh a pair by.
 ANNOTATION_PHASE_SECONDS: Final = f"{GROUP}/phase-seconds"

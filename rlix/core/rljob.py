@@ -324,6 +324,13 @@ class Role(_Model):
     )
     gpu_memory: PhaseMemory | None = Field(default=None, alias="gpuMemoryMiB")
     mps: Mps | None = None
+    loads_through_gate: bool = Field(
+        default=False,
+        description="Every process of this role allocates GPU memory first inside "
+        "rlix.loading() (an engine's KV cache too), so that the load waits at the node "
+        "agent's phase gate. Where the agents park at the gate, only such pods may share a "
+        "GPU by turns with a partner whose peak does not fit beside theirs.",
+    )
     elastic: Elastic | None = Field(
         default=None,
         description="Rollout replicas above minReplicas may be suspended in place to lend "

@@ -135,6 +135,12 @@ class Workload:
     node: str | None = None
     gpu_indices: tuple[int, ...] = ()
     suspended: bool = False  # memory parked off the GPU; it must be able to return
+    # Its processes allocate GPU memory first inside ``rlix.loading()``, so
+    # their loads wait at the phase gate like its phases (the role's
+    # ``loadsThroughGate``). Only such pods take turns over memory where the
+    # gate parks (``sharing.needed_mib``): one that allocates outside the
+    # gate would land in memory a working partner holds.
+    loads_through_gate: bool = False
     gang_size: int = 1  # pods of the job that must run together
     # The pod's nodeSelector and tolerations (planned pods: from the role's
     # template plus RLix's GPU toleration); what a node must match to be planned.

@@ -191,6 +191,8 @@ def build_pod(
     }
     if admitted_node:
         annotations[ANNOTATION_ADMITTED_NODE] = admitted_node
+    if role.loads_through_gate:
+        annotations[names.ANNOTATION_LOADS_THROUGH_GATE] = "true"
     memory = _memory_annotation(role)
     if memory is not None:
         annotations[names.ANNOTATION_GPU_MEMORY_MIB] = memory
@@ -292,6 +294,7 @@ def planned_workloads(job: RLJob) -> tuple[Workload, ...]:
                 priority=job.spec.priority,
                 preemptible=preemptible(job, role),
                 gang_size=size,
+                loads_through_gate=role.loads_through_gate,
                 node_selector=selector,
                 tolerations=tolerations,
                 load_profile=profile,

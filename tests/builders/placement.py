@@ -89,6 +89,11 @@ class PodBuilder:
     def suspended(self) -> PodBuilder:
         return PodBuilder(replace(self.w, suspended=True))
 
+    def loads_through_gate(self) -> PodBuilder:
+        """Its processes allocate first inside ``rlix.loading()`` (the role's
+        ``loadsThroughGate``): a parking gate may pair it by turns."""
+        return PodBuilder(replace(self.w, loads_through_gate=True))
+
     def load(self, *segments: tuple[str, float, float]) -> PodBuilder:
         """``load(("rollout", 0.8, 0.6), ("training", 0.2, 1.0))``: (phase, share, pressure)."""
         profile = tuple(PhaseLoad(Phase(ph), share, p) for ph, share, p in segments)

@@ -109,6 +109,26 @@ def test_the_built_pod_reads_back_as_the_planned_workload() -> None:
     assert planned["team-a/ppo-llama-helpful-critic-0"].memory_mib[Phase.TRAINING] == 70000
 
 
+def test_a_role_that_loads_through_the_gate_says_so_on_its_pods_and_as_planned() -> None:
+    """``loadsThroughGate``: the extender and admission pair such pods by
+    turns where the nodes park at the gate; both read it the same way."""
+    raw = yaml.safe_load((EXAMPLES / "grpo-trl.yaml").read_text())
+    raw["metadata"].update(namespace="team-a", uid="uid-1")
+    raw["spec"]["roles"][1]["loadsThroughGate"] = True
+    job = RLJob.model_validate(raw)
+    planned = {w.role: w for w in planned_workloads(job)}
+    assert (planned["policy"].loads_through_gate, planned["rollout"].loads_through_gate) == (
+        False,
+        True,
+    )
+    for role in job.spec.roles:
+        pod = build_pod(job, role, 0, owner_uid="u")
+        notes = pod["metadata"]["annotations"]
+        said = notes.get(names.ANNOTATION_LOADS_THROUGH_GATE)
+        assert said == ("true" if role.name == "rollout" else None)
+        assert workload_from_pod(pod).loads_through_gate == planned[role.name].loads_through_gate
+
+
 def test_each_pod_says_how_its_iteration_is_spent_and_reads_back_as_planned() -> None:
     """grpo-trl.yaml declares phaseProfile rollout 240, scoring 20, training 90,
     weight sync 10 s, with a rollout role: disaggregated. Its rollout pod

@@ -38,6 +38,7 @@ SAMPLES: dict[tuple[str, str], tuple[Any, Any, Any]] = {
         '{"idle": 60}',
     ),
     ("Pod", "rlix.io/suspended"): ("true", True, "maybe"),
+    ("Pod", "rlix.io/loads-through-gate"): ("true", True, "maybe"),
     ("Pod", "rlix.io/gpu-indices"): ("0, 3", (0, 3), "a,b"),
     ("Pod", "rlix.io/admitted-node"): ("n1", "n1", ["n1"]),
     ("Pod", "spec.[init]containers[*].resources.{limits,requests}[nvidia.com/gpu]"): (

@@ -21,7 +21,8 @@ def sample() -> Any:
         .with_pods(
             pod("x").job("j", gang=2).role("rollout").gpus(2).memory(rollout=10, training=20)
             .phase("rollout").priority(3).on("a", 0, 1)
-            .load(("rollout", 0.75, 0.6), ("training", 0.25, 1.0)).iteration(312.5),
+            .load(("rollout", 0.75, 0.6), ("training", 0.25, 1.0)).iteration(312.5)
+            .loads_through_gate(),
             pod("y").suspended().preemptible(False),
         )
         .build()
@@ -51,6 +52,7 @@ def test_round_trip_is_exact_through_json() -> None:
         (lambda d: d["workloads"][0]["loadProfile"][0].update(share="x"), "must be numbers"),
         (lambda d: d["workloads"][0].update(iterationSeconds=-1.0), "iterationSeconds"),
         (lambda d: d["workloads"][0].update(iterationSeconds="5"), "iterationSeconds"),
+        (lambda d: d["workloads"][0].update(loadsThroughGate="yes"), "'loadsThroughGate'"),
     ],
 )
 def test_bad_documents_name_the_field(edit: Any, words: str) -> None:

@@ -1,8 +1,10 @@
 """Rule 6 by turns (``SharingRules.parks_at_gate``): where the node agents park
 the pod that does not work at the gate, two pods that take turns need the
-larger peak and a CUDA context on their GPU, not both peaks. The placement
-(filter, partner test) and the conductor's rule 3 count them so; pods that
-do not take turns, and the rules without it, count every peak as before."""
+larger peak and a CUDA context on their GPU, not both peaks, where both
+load through the gate (``rlix.loading()``, the role's ``loadsThroughGate``).
+The placement (filter, partner test) and the conductor's rule 3 count them
+so; pods that do not take turns or load elsewhere, and the rules without
+it, count every peak as before."""
 
 from __future__ import annotations
 
@@ -31,21 +33,22 @@ AS_BUILT = SharingRules()  # the measured H200 matrix, rule 6 by both peaks
 BY_TURNS = SharingRules(parks_at_gate=True)
 
 # A disaggregated pair: each pod holds its memory in every phase and idles
-# half of its 100 s iteration while the other pool works.
+# half of its 100 s iteration while the other pool works; both allocate
+# first inside rlix.loading(), so their loads wait at the gate too.
 HALF = (("idle", 0.5, 0.0),)
 
 
 def rollout_pod(name: str = "roll-0", job: str = "a", mib: int = 50 * GiB) -> PodBuilder:
     return (
         pod(name).job(job).role("rollout").memory(rollout=mib).phase("rollout")
-        .load(("rollout", 0.5, 1.0), *HALF).iteration(100.0)
+        .load(("rollout", 0.5, 1.0), *HALF).iteration(100.0).loads_through_gate()
     )  # fmt: skip
 
 
 def trainer_pod(name: str = "train-0", job: str = "new", mib: int = 60 * GiB) -> PodBuilder:
     return (
         pod(name).job(job).role("trainer").memory(training=mib).phase("training")
-        .load(("training", 0.5, 1.0), *HALF).iteration(100.0)
+        .load(("training", 0.5, 1.0), *HALF).iteration(100.0).loads_through_gate()
     )  # fmt: skip
 
 
@@ -118,6 +121,31 @@ def test_a_pod_that_takes_no_turns_needs_every_peak_even_where_the_gate_parks() 
     snap = snapshot(rollout_pod().on("n", 0))
     busy = never_idles(trainer_pod()).build()
     assert filter_nodes(PlacementView(snap, rules=BY_TURNS), busy, ["n"]).feasible == []
+
+
+def loads_outside_the_gate(b: PodBuilder) -> PodBuilder:
+    """The same pod, its first allocation made where the gate is not asked
+    (a TRL or RLlib trainer that loads before it attaches, an engine server)."""
+    return PodBuilder(replace(b.w, loads_through_gate=False))
+
+
+def test_a_pod_that_loads_outside_the_gate_needs_every_peak_even_where_the_gate_parks() -> None:
+    # Either side: the newcomer's load would land in memory its working
+    # partner holds, and a resident restarted later loads again the same way.
+    elsewhere = loads_outside_the_gate(trainer_pod()).build()
+    assert needed_mib(BY_TURNS, [rollout_pod().build(), elsewhere]) == 110 * GiB
+    snap = snapshot(rollout_pod().on("n", 0))
+    refused = filter_nodes(PlacementView(snap, rules=BY_TURNS), elsewhere, ["n"])
+    assert refused.feasible == [] and "loadsThroughGate" in refused.failed["n"]
+    resident = snapshot(loads_outside_the_gate(rollout_pod()).on("n", 0))
+    gated = trainer_pod().build()
+    assert filter_nodes(PlacementView(resident, rules=BY_TURNS), gated, ["n"]).feasible == []
+    mine, theirs = pair_kind([elsewhere]), pair_kind([rollout_pod().build()])
+    assert not kinds_may_pair(BY_TURNS, mine, theirs, gpu_mib=GPU)
+    # The conductor's rule 3 counts such a pair at both peaks too.
+    both = snapshot(rollout_pod().on("n", 0), loads_outside_the_gate(trainer_pod()).on("n", 0))
+    actions = decide(both, [], RLixPolicy(rules=BY_TURNS), clocks={}, now=0.0)
+    assert [(a.kind, a.reason) for a in actions] == [(Kind.SUSPEND, Reason.PHASE_OVERFLOW)]
 
 
 def test_claims_still_ask_every_peak_of_the_published_memory() -> None:

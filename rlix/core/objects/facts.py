@@ -164,6 +164,12 @@ POD_SUSPENDED: Final = Fact(
     "Pod", "annotation", names.ANNOTATION_SUSPENDED, FLAG, "-", False, False,
     "false", "false", "memory parked off the GPU; its room is kept",
 )  # fmt: skip
+POD_LOADS_THROUGH_GATE: Final = Fact(
+    "Pod", "annotation", names.ANNOTATION_LOADS_THROUGH_GATE, FLAG, "-", False, False,
+    "false", "false",
+    "its first allocation waits at the phase gate (rlix.loading()): a parking gate may pair it "
+    "by turns",
+)  # fmt: skip
 POD_GPU_INDICES: Final = Fact(
     "Pod", "annotation", names.ANNOTATION_GPU_INDICES, GPU_INDICES, "GPU index", (), (),
     "spread over the emptiest GPUs", "spread over the emptiest GPUs", "GPUs the pod holds",
@@ -284,8 +290,9 @@ JOB_ITERATIONS: Final = Fact(
 
 FACTS: Final[tuple[Fact[Any], ...]] = (
     POD_JOB, POD_ROLE, POD_PREEMPTIBLE, POD_PRIORITY_ANNOTATION, POD_PRIORITY, POD_GANG_SIZE,
-    POD_MEMORY, POD_PHASE, POD_PHASE_SECONDS, POD_SUSPENDED, POD_GPU_INDICES, POD_ADMITTED_NODE,
-    POD_GPUS, POD_CLAIMED_GPUS, POD_NODE, NODE_GPU_COUNT, NODE_ALLOCATABLE, NODE_GPU_REPLICAS,
+    POD_MEMORY, POD_PHASE, POD_PHASE_SECONDS, POD_SUSPENDED, POD_LOADS_THROUGH_GATE,
+    POD_GPU_INDICES, POD_ADMITTED_NODE, POD_GPUS, POD_CLAIMED_GPUS, POD_NODE, NODE_GPU_COUNT,
+    NODE_ALLOCATABLE, NODE_GPU_REPLICAS,
     NODE_GPU_MEMORY, NODE_GPU_PRODUCT, NODE_NVLINK_DOMAIN, NODE_GPU_STATE, NODE_GPU_CLAIMS,
     NODE_MEMORY_OVERCOMMIT, NODE_UNSCHEDULABLE,
     JOB_PRIORITY, JOB_PREEMPTIBLE_ROLLOUT, JOB_ALGORITHM, JOB_STATE, JOB_PHASE, JOB_GPUS,

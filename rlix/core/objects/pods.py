@@ -90,6 +90,9 @@ def read_pod(obj: object) -> PodFacts:
         node=reading.get(f.POD_NODE, spec.get("nodeName")) or None,
         gpu_indices=reading.get(f.POD_GPU_INDICES, notes.get(names.ANNOTATION_GPU_INDICES)),
         suspended=reading.get(f.POD_SUSPENDED, notes.get(names.ANNOTATION_SUSPENDED)),
+        loads_through_gate=reading.get(
+            f.POD_LOADS_THROUGH_GATE, notes.get(names.ANNOTATION_LOADS_THROUGH_GATE)
+        ),
         gang_size=reading.get(f.POD_GANG_SIZE, notes.get(names.ANNOTATION_GANG_SIZE)),
         node_selector=label_pairs(spec.get("nodeSelector")),
         tolerations=tolerations_of(spec.get("tolerations")),

@@ -178,6 +178,9 @@ def pods_of(run: Run, t: float, cluster: Cluster) -> tuple[Workload, ...]:
                 node=cluster.names[node] if node is not None else None,
                 gpu_indices=gpus,
                 gang_size=pods,
+                # The simulator's pods load through the gate where it parks
+                # (``Simulation._start_loads``); elsewhere the flag is unread.
+                loads_through_gate=True,
                 load_profile=profile.pod_load_profile(role),
                 iteration_s=profile.iteration_s,
                 work_left=left,

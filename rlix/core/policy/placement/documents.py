@@ -56,6 +56,7 @@ def workload_to_doc(w: Workload) -> dict[str, Any]:
         "gpuIndices": list(w.gpu_indices),
         "suspended": w.suspended,
         "gangSize": w.gang_size,
+        "loadsThroughGate": w.loads_through_gate,
         "loadProfile": [
             {"phase": s.phase.value, "share": s.share, "pressure": s.pressure}
             for s in w.load_profile
@@ -147,6 +148,7 @@ def workload_from_doc(doc: Any) -> Workload:
         gpu_indices=tuple(_opt(doc, "gpuIndices", list, [], where)),
         suspended=_opt(doc, "suspended", bool, False, where),
         gang_size=_opt(doc, "gangSize", int, 1, where),
+        loads_through_gate=_opt(doc, "loadsThroughGate", bool, False, where),
         load_profile=_load_profile(_opt(doc, "loadProfile", list, [], where), where),
         iteration_s=_seconds(doc.get("iterationSeconds", 0.0), where),
     )

@@ -101,12 +101,15 @@ def fit(load: NodeLoad, pod: Workload, rules: SharingRules = DEFAULT_RULES) -> F
         return Fit(ok=False, reason=f"{reason} with {need}", candidates=candidates)
     # Name the GPU closest to fitting, so the reason says where memory ran out.
     best = max(load.gpus, key=lambda g: (g.free_mib, -g.index))
-    turns = (
-        "; beside pods it takes turns with, its peak and a CUDA context each must fit "
-        "(the nodes park at the gate)"
-        if rules.parks_at_gate and rules.interference is not None
-        else ""
-    )
+    turns = ""
+    if rules.parks_at_gate and rules.interference is not None:
+        turns = (
+            "; beside pods it takes turns with, its peak and a CUDA context each must fit "
+            "(the nodes park at the gate)"
+            if pod.loads_through_gate
+            else "; it takes turns over memory only where its role sets loadsThroughGate "
+            "(its first allocation inside rlix.loading()), and so must each partner's"
+        )
     return Fit(
         ok=False,
         reason=(

@@ -340,12 +340,16 @@ def _pair_allowed(rules: SharingRules, mine: Traits, theirs: Traits, priority: i
 # A job's pods as the partner test reads them: per distinct pod, its class,
 # what rules 4-5 read of it and its peak memory per GPU. Two jobs of one kind
 # have the same partners, so the test runs once per pair of kinds.
-PairKind = tuple[tuple[int, Traits, int], ...]
+PairKind = tuple[tuple[int, Traits, int, bool], ...]
 
 
 def pair_kind(pods: Iterable[Workload]) -> PairKind:
     """The partner test's view of a job's pods (``kinds_may_pair``); hashable."""
-    return tuple(dict.fromkeys((w.priority, pair_traits(w), w.peak_memory_mib) for w in pods))
+    return tuple(
+        dict.fromkeys(
+            (w.priority, pair_traits(w), w.peak_memory_mib, w.loads_through_gate) for w in pods
+        )
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -360,43 +364,54 @@ def kinds_may_pair(rules: SharingRules, mine: PairKind, theirs: PairKind, gpu_mi
     if rules.interference is None or rules.max_jobs_per_gpu < 2:
         return False
     return any(
-        p == q and _pair_needs(rules, ((t, a), (u, b))) <= gpu_mib and _pair_allowed(rules, t, u, p)
-        for p, t, a in mine
-        for q, u, b in theirs
+        p == q
+        and _pair_needs(rules, ((t, a, x), (u, b, y))) <= gpu_mib
+        and _pair_allowed(rules, t, u, p)
+        for p, t, a, x in mine
+        for q, u, b, y in theirs
     )
 
 
 def needed_mib(rules: SharingRules, pods: Iterable[Workload]) -> int:
     """What one GPU must hold for ``pods`` to run there together, each at its
     peak (rule 6): every peak, or, where the nodes park at the gate
-    (``rules.parks_at_gate``) and every two of them take turns, the largest
-    peak and a CUDA context for each of the others (the gate parks the ones
-    that do not work)."""
+    (``rules.parks_at_gate``) and every two of them take turns and load
+    through the gate (``Workload.loads_through_gate``), the largest peak and
+    a CUDA context for each of the others (the gate parks the ones that do
+    not work)."""
     pods = list(pods)
     if len(pods) < 2 or not rules.parks_at_gate:
         return sum(w.peak_memory_mib for w in pods)
-    return _pair_needs(rules, tuple((pair_traits(w), w.peak_memory_mib) for w in pods))
+    return _pair_needs(
+        rules, tuple((pair_traits(w), w.peak_memory_mib, w.loads_through_gate) for w in pods)
+    )
 
 
 def resident_mib(rules: SharingRules, pods: Iterable[Workload]) -> int:
     """What ``pods``, running on one GPU, hold there now, each in its current
     phase (``Workload.memory_in``): the sum, or, where the nodes park at the
-    gate and every two of them take turns, the largest and a CUDA context for
-    each of the others (the gate has parked the ones that do not work, and
-    holds a pod back until its memory fits)."""
+    gate and every two of them take turns (and load through the gate), the
+    largest and a CUDA context for each of the others (the gate has parked
+    the ones that do not work, and holds a pod back until its memory fits)."""
     pods = list(pods)
     if len(pods) < 2 or not rules.parks_at_gate:
         return sum(w.memory_in(w.phase) for w in pods)
-    return _pair_needs(rules, tuple((pair_traits(w), w.memory_in(w.phase)) for w in pods))
+    return _pair_needs(
+        rules, tuple((pair_traits(w), w.memory_in(w.phase), w.loads_through_gate) for w in pods)
+    )
 
 
-def _pair_needs(rules: SharingRules, pods: tuple[tuple[Traits, int], ...]) -> int:
-    peaks = [peak for _, peak in pods]
+def _pair_needs(rules: SharingRules, pods: tuple[tuple[Traits, int, bool], ...]) -> int:
+    """Each pod: its traits, its memory, whether it loads through the gate
+    (``Workload.loads_through_gate``). Only pods that do take turns over
+    memory: the gate cannot hold back a load it is not asked about, and one
+    let in beside a working partner's peak would run the GPU out of memory."""
+    peaks = [peak for _, peak, _ in pods]
     if len(pods) < 2 or not rules.parks_at_gate:
         return sum(peaks)
     turns = all(
-        _takes_turns(rules, t[1], t[2], u[1], u[2])
-        for (t, _), (u, _) in itertools.combinations(pods, 2)
+        x and y and _takes_turns(rules, t[1], t[2], u[1], u[2])
+        for (t, _, x), (u, _, y) in itertools.combinations(pods, 2)
     )
     return max(peaks) + CONTEXT_MIB * (len(pods) - 1) if turns else sum(peaks)
 
