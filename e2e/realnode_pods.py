@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from e2e.kube import apply, get_json, new_namespace, wait_for
+from e2e.kube import apply, events_for, get_json, new_namespace, wait_for
 from rlix.core import names
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster
@@ -71,11 +71,18 @@ def json_events(cluster: DevCluster, ns: str, pod: str) -> list[dict[str, Any]]:
 
 
 def run_until_done(
-    cluster: DevCluster, agent: tuple[str, str], pods: list[dict[str, Any]], timeout_s: float = 240
+    cluster: DevCluster,
+    agent: tuple[str, str],
+    pods: list[dict[str, Any]],
+    timeout_s: float = 240,
+    *,
+    reasons: dict[str, list[str]] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, str]]]:
     """Run ``pods`` in a fresh namespace until each printed its "done" event:
     each one's events and annotations then. On a timeout, the error holds what
-    they printed and the tail of the node agent's (namespace, pod) log."""
+    they printed and the tail of the node agent's (namespace, pod) log.
+    ``reasons``: filled with the reasons of each pod's Kubernetes events,
+    read before the namespace goes."""
     ns = new_namespace(cluster)
     names_ = [p["metadata"]["name"] for p in pods]
     try:
@@ -98,6 +105,8 @@ def run_until_done(
             p: get_json(cluster, "pod", p, "-n", ns)["metadata"].get("annotations", {})
             for p in names_
         }
+        if reasons is not None:
+            reasons.update({p: [e["reason"] for e in events_for(cluster, ns, p)] for p in names_})
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=true", check=False)
     return events, notes

@@ -15,6 +15,10 @@
   idle or waiting, is parked, and is brought back at its own turn. Their
   training phases never overlap, every report of a peak fits the simulated
   GPU, both are parked and restored, and each one's buffer is what it was.
+- Both pods say they load through the gate (``rlix.io/loads-through-gate``,
+  a role's ``loadsThroughGate``), as does a third on GPU 1 that holds its
+  weights without asking the gate (``ROLE`` eager): the agent reports that
+  one, and only it, with a ``LoadedOutsideGate`` event.
 - A trainer that stops at safe points (``safe_points=True``) beside a pod that
   syncs weights (the same probe, ``ROLE`` trainer and syncer): each sync that
   does not fit parks the trainer inside its training phase, and the agent
@@ -37,6 +41,7 @@ from e2e.realnode_pods import advertised_gpus, agent_daemonset, probe_pod, run_u
 from rlix.core.names import (
     ANNOTATION_GPU_INDICES,
     ANNOTATION_GPU_MEMORY_MIB,
+    ANNOTATION_LOADS_THROUGH_GATE,
     ANNOTATION_PHASE_SECONDS,
     ANNOTATION_SUSPENDED,
 )
@@ -82,12 +87,27 @@ def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
         "PEAK_MIB": str(PEAK_MIB),
         "WEIGHTS_MIB": str(WEIGHTS_MIB),
     }
-    declared = {ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB), ANNOTATION_GPU_INDICES: "0"}
+    declared = {
+        ANNOTATION_GPU_MEMORY_MIB: str(PEAK_MIB),
+        ANNOTATION_GPU_INDICES: "0",
+        ANNOTATION_LOADS_THROUGH_GATE: "true",
+    }
     pods = ("park-a", "park-b")
+    # Listed by the agent (every second) and seen holding nothing (every 5 s,
+    # --overrun-interval) well before START_AT, when it loads outside the gate.
+    eager = probe_pod(
+        real_node,
+        "park-eager",
+        PROBE,
+        env={**env, "ROLE": "eager", "GPU": "1"},
+        annotations={**declared, ANNOTATION_GPU_INDICES: "1"},
+    )
+    reasons: dict[str, list[str]] = {}
     events, notes = run_until_done(
         dev,
         agent,
-        [probe_pod(real_node, p, PROBE, env=env, annotations=declared) for p in pods],
+        [*(probe_pod(real_node, p, PROBE, env=env, annotations=declared) for p in pods), eager],
+        reasons=reasons,
     )
 
     def of(pod: str, kind: str) -> list[dict[str, Any]]:
@@ -117,6 +137,9 @@ def test_two_pods_whose_peaks_do_not_fit_one_gpu_take_turns_with_their_memory(
         assert of(p, "done")[0]["same"], f"{p}'s memory did not come back as it was"
         # Turns, not suspensions: nothing tells a conductor they are suspended.
         assert ANNOTATION_SUSPENDED not in notes[p], notes[p]
+    # Each pod promised to load through the gate; only the eager one broke it.
+    outside = {p: r.count("LoadedOutsideGate") for p, r in reasons.items()}
+    assert outside == {"park-a": 0, "park-b": 0, "park-eager": 1}, reasons
 
 
 def test_a_weight_sync_parks_a_trainer_mid_phase_at_its_safe_points(

@@ -17,7 +17,10 @@ does not fit), with a pause outside any phase block between them. ``ROLE``:
   stop, its peak out and back at the PCIe floors and the sync, pays for most
   of them: ``gate_room.worth_stopping``), entered with ``safe_points=True``,
   calling ``rlix.safe_point()`` every 0.1 s;
-- ``syncer``: weight-sync phases of ``SYNC_S`` seconds, ``GAP_S`` apart.
+- ``syncer``: weight-sync phases of ``SYNC_S`` seconds, ``GAP_S`` apart;
+- ``eager``: no load through the gate and no phases: at ``START_AT`` it
+  holds its weights on simulated GPU ``GPU`` without asking the gate (as a
+  trainer that loads before it attaches does), until ``END_AT``.
 
 One JSON line for its load, each phase, park and restore; at the end, inside
 one more phase (so that its memory is back), whether its buffer is what it was.
@@ -33,6 +36,7 @@ from rlix.client import api
 from rlix.core import agent_protocol as proto
 
 ROLE = os.environ.get("ROLE", "turns")
+GPU = int(os.environ.get("GPU", "0"))
 LOAD_AT = float(os.environ["LOAD_AT"])
 START_AT = float(os.environ["START_AT"])
 END_AT = float(os.environ["END_AT"])
@@ -69,7 +73,7 @@ def restore():
 def holds(mib):
     # rlix.report_usage's request, answered: the simulated GPU refuses a
     # report it has no room for, which would mean the gate let us in wrongly.
-    usage = {"gpu": 0, "memory_mib": mib, "utilization": 0.9}
+    usage = {"gpu": GPU, "memory_mib": mib, "utilization": 0.9}
     reply = rt.link.request(proto.OP_USAGE, **usage).result(timeout=30)
     if not reply.ok:
         out(event="refused", error=reply.error_message)
@@ -108,6 +112,13 @@ deadline = time.monotonic() + 60
 while not rt.gate_parks and time.monotonic() < deadline:
     time.sleep(0.05)
 out(event="ready", gate=rt.gate_wait_s, parks=rt.gate_parks, stops=rt.gate_stops, at=time.time())
+if ROLE == "eager":
+    time.sleep(max(0.0, START_AT - time.time()))
+    holds(WEIGHTS_MIB)  # outside every block: the gate is never asked
+    out(event="loaded", asked=None, entered=time.time(), left=time.time())
+    time.sleep(max(0.0, END_AT - time.time()))
+    out(event="done", same=hashlib.sha256(device).hexdigest() == before)
+    time.sleep(3600)
 time.sleep(max(0.0, LOAD_AT - time.time()))
 asked = time.time()
 with rlix.loading():  # its first allocation: in only where its peak fits on GPU 0

@@ -12,11 +12,10 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from rlix.agent.conducting import NodePod
 from rlix.agent.identities import PodIdentity
-from rlix.agent.overruns import Overrun
 from rlix.agent.publishing import Annotations, ObjectGoneError
 from rlix.core.dra import API_VERSION
 
@@ -93,8 +92,22 @@ class KubeNodePods:
         ]
 
 
-class KubeOverrunEvents:
-    """Overruns as core/v1 Events on the pod (``kubectl describe pod`` lists them)."""
+class OnPod(Protocol):
+    """What an event is about: a pod (an ``Overrun``, an ``OutsideLoad``)."""
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+class KubePodEvents:
+    """What the agent sees of a pod (a memory overrun, a load outside the
+    gate) as core/v1 Events on the pod (``kubectl describe pod`` lists them)."""
 
     COMPONENT = "rlix-node-agent"
 
@@ -104,7 +117,7 @@ class KubeOverrunEvents:
         self._node = node
         self._serial = itertools.count()
 
-    def post(self, overrun: Overrun, *, kind: str, reason: str, message: str) -> None:
+    def post(self, overrun: OnPod, *, kind: str, reason: str, message: str) -> None:
         now = datetime.now(UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ from rlix.core.policy.placement.sharing import SharingRules
 
 if TYPE_CHECKING:
     from rlix.agent.conducting import Conducting, NodePod
+    from rlix.agent.gate_promises import PromiseWatch
     from rlix.agent.kubelet_plugin import KubeletPlugin
 
 DESCRIPTION = """\
@@ -217,8 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="seconds between comparisons of what each pod holds on each GPU with its "
         "budget (rlix.io/gpu-memory-mib at its peak phase); an overrun is reported "
-        "as a GPUMemoryOverrun event on the pod and in rlix_agent_memory_overruns; "
-        "0: off; kube mode only (default: %(default)s)",
+        "as a GPUMemoryOverrun event on the pod and in rlix_agent_memory_overruns. "
+        "With --park-at-gate, as often: whether a pod whose role sets loadsThroughGate "
+        "allocated before it asked the gate (a LoadedOutsideGate event, "
+        "rlix_agent_loads_outside_gate). 0: off; kube mode only (default: %(default)s)",
     )
     p.add_argument(
         "--mps",
@@ -307,9 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
         "left. A resume the conductor wants is handed to the gate, which brings the pod's "
         "memory back at its turn, where it fits, and a first allocation inside "
         "rlix.loading() waits for room on the GPUs its pod declares (rlix.io/gpu-indices). "
-        "Experimental: the "
-        "extender and the operator put pairs on a GPU that only fit this way when given "
-        "--park-at-gate too (docs/node-agent.md, 'Parking at the gate')",
+        "Experimental: the extender and the operator put pairs on a GPU that only fit "
+        "this way when given --park-at-gate too, and only pods whose role sets "
+        "loadsThroughGate (its first allocations inside rlix.loading()); a pod so "
+        "marked seen allocating before it asked the gate gets a LoadedOutsideGate "
+        "event (docs/node-agent.md, 'Parking at the gate')",
     )
     p.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     return p
@@ -361,7 +367,7 @@ def _start_conducting(
     return conducting
 
 
-def _start_overrun_watch(
+def _start_memory_watches(
     args: argparse.Namespace,
     api: object,
     backend: GpuBackend,
@@ -369,35 +375,83 @@ def _start_overrun_watch(
     stop: threading.Event,
     *,
     pods: Callable[[], Sequence[NodePod]],
+    gate: PhaseGate | None,
+    preemption: Preemption,
 ) -> None:
-    """Compare what each pod holds on each GPU with its declared budget (docs/dra.md).
+    """Compare what each pod holds on each GPU with its declared budget
+    (docs/dra.md), and, where the gate parks, with whether it asked the gate
+    before it loaded (``_promise_watch``), every ``--overrun-interval``.
 
     ``pods``: the conducting loop's last listing of the node's pods, which it
-    makes every ``--conduct-interval`` anyway; the watch makes no list call.
+    makes every ``--conduct-interval`` anyway; the watches make no list call.
     """
-    from rlix.agent.cgroups import CgroupError, pod_uid_of_pid
-    from rlix.agent.kube_publishing import KubeOverrunEvents
+    from rlix.agent.kube_publishing import KubePodEvents
     from rlix.agent.overruns import OverrunReports, OverrunWatch
 
-    def pod_of_pid(pid: int) -> str | None:
-        try:
-            return pod_uid_of_pid(pid, proc_root=args.proc_root)
-        except CgroupError:
-            return None  # exited since NVML listed it
-
+    if gate is not None and gate.parks:
+        promises = _promise_watch(
+            args, api, backend, metrics, gate=gate, preemption=preemption, pods=pods
+        )
+        threading.Thread(
+            target=promises.run,
+            args=(stop, args.overrun_interval),
+            name="rlix-promises",
+            daemon=True,
+        ).start()
     watch = OverrunWatch(
         processes=backend.processes,
-        pod_of_pid=pod_of_pid,
+        pod_of_pid=functools.partial(_pod_of_pid, args.proc_root),
         pods=pods,
         reporter=OverrunReports(
             node=args.node_name,
-            events=KubeOverrunEvents(api, node=args.node_name),
+            events=KubePodEvents(api, node=args.node_name),
             metrics=metrics,
         ),
     )
     threading.Thread(
         target=watch.run, args=(stop, args.overrun_interval), name="rlix-overruns", daemon=True
     ).start()
+
+
+def _promise_watch(
+    args: argparse.Namespace,
+    api: object,
+    backend: GpuBackend,
+    metrics: AgentMetrics,
+    *,
+    gate: PhaseGate,
+    preemption: Preemption,
+    pods: Callable[[], Sequence[NodePod]],
+) -> PromiseWatch:
+    """Where the gate parks: the watch for pods whose role promised to load
+    through the gate (``loadsThroughGate``) seen allocating before they asked
+    it (``gate_promises``), run every ``--overrun-interval`` as the overrun
+    watch is, on the conducting loop's listing."""
+    from rlix.agent.gate_promises import OutsideLoadReports, PromiseWatch
+    from rlix.agent.kube_publishing import KubePodEvents
+
+    return PromiseWatch(
+        processes=backend.processes,
+        pod_of_pid=functools.partial(_pod_of_pid, args.proc_root),
+        pods=pods,
+        asked=gate.asked,
+        parked=lambda uid: preemption.parked_bytes(uid) is not None,
+        report=OutsideLoadReports(
+            node=args.node_name, events=KubePodEvents(api, node=args.node_name), metrics=metrics
+        ),
+        keep_asked=gate.keep_asked,
+    )
+
+
+def _pod_of_pid(proc_root: Path, pid: int) -> str | None:
+    """The pod uid of process ``pid`` (cgroups), None where it has exited
+    since NVML listed it."""
+    from rlix.agent.cgroups import CgroupError, pod_uid_of_pid
+
+    try:
+        return pod_uid_of_pid(pid, proc_root=proc_root)
+    except CgroupError:
+        return None
 
 
 def _start_mps(args: argparse.Namespace, api: object | None, stop: threading.Event) -> None:
@@ -708,9 +762,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for declared in (cycles, peaks, gpus):
             declared.follow(conducting.listed)
         if args.overrun_interval > 0:
-            _start_overrun_watch(
-                args, api, backend, metrics, server.stopped, pods=conducting.listed
-            )
+            _start_memory_watches(
+                args, api, backend, metrics, server.stopped,
+                pods=conducting.listed, gate=gate, preemption=preemption,
+            )  # fmt: skip
     plugin = _kubelet_plugin(args, api, backend) if args.kubelet_plugin else None
     server.serve_forever()
     if plugin is not None:

@@ -108,6 +108,13 @@ class AgentMetrics:
             ["node", "namespace", "pod"],
             registry=self.registry,
         )
+        self.loads_outside_gate = Counter(
+            "rlix_agent_loads_outside_gate",
+            "Pods whose role sets loadsThroughGate seen allocating device memory before "
+            "they asked the phase gate (a LoadedOutsideGate event on the pod)",
+            ["node", "namespace", "pod"],
+            registry=self.registry,
+        )
         self.over_budget_bytes = Gauge(
             "rlix_agent_pod_memory_over_budget_bytes",
             "Device memory a pod holds on a GPU beyond its budget, while it does",

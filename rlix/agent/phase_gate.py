@@ -35,7 +35,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol
 
 from rlix.core.phases import Phase
@@ -44,6 +44,10 @@ from rlix.core.policy.placement.sharing import SharingRules
 from rlix.core.policy.placement.turns import Admitted, Cycle, Turns
 
 log = logging.getLogger(__name__)
+
+# How long a pod that asked the gate is remembered once its pod is no longer
+# listed (``keep_asked``): the node's listing is a few seconds old at worst.
+ASKED_KEPT_S = 600.0
 
 # Called when a held process may go: (seconds it waited, whether it went in
 # only because its wait reached the bound).
@@ -122,6 +126,10 @@ class PhaseGate:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.max_wait_s = max_wait_s
+        # Pods that asked to go in (a phase, a load), or were followed into a
+        # block, with when they last did: ``gate_promises`` asks whether a pod
+        # that loaded ever did.
+        self._asked: dict[str, float] = {}
 
     def enter(
         self,
@@ -139,6 +147,7 @@ class PhaseGate:
         may park it there for a partner's weight sync, ``Turns``); ``loading``:
         a weight sync that is the pod's first allocation (``Turns.enter``)."""
         with self._lock:
+            self._asked[pod] = self._clock()
             released = self._refresh()
             goes = self._turns.enter(
                 pod, process, phase, self._clock(), go, safe_points=safe_points, loading=loading
@@ -157,6 +166,7 @@ class PhaseGate:
         with self._lock:
             if not self._turns.returned(pod, process, phase, self._clock(), adopt=adopt):
                 return
+            self._asked[pod] = self._clock()
             # After it, so that a parked pod's phase is kept for its restore.
             released = self._refresh() + self._admit()
             self._changed.notify_all()
@@ -168,6 +178,21 @@ class PhaseGate:
             self._turns.leave(process)
             released = self._refresh() + self._admit()
         self._release(released)
+
+    def asked(self, pod: str) -> bool:
+        """Whether pod uid ``pod`` ever asked this gate to go in, or was
+        followed into a block (``returned``)."""
+        with self._lock:
+            return pod in self._asked
+
+    def keep_asked(self, pods: Iterable[str]) -> None:
+        """Forget the pods not named (gone from the node) that last asked
+        over ``ASKED_KEPT_S`` ago: a listing may lag a pod that just asked."""
+        keep, now = set(pods), self._clock()
+        with self._lock:
+            self._asked = {
+                p: t for p, t in self._asked.items() if p in keep or now - t < ASKED_KEPT_S
+            }
 
     def poke(self) -> None:
         """Something moved (memory parked or restored): decide again."""
