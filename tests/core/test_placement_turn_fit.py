@@ -140,6 +140,12 @@ def test_a_pod_that_loads_outside_the_gate_needs_every_peak_even_where_the_gate_
     resident = snapshot(loads_outside_the_gate(rollout_pod()).on("n", 0))
     gated = trainer_pod().build()
     assert filter_nodes(PlacementView(resident, rules=BY_TURNS), gated, ["n"]).feasible == []
+    # The placement memo tells the two apart (the same load, asked of both:
+    # an e2e run found the gated pod given the other's cached refusal).
+    view = PlacementView(snap, rules=BY_TURNS)
+    assert filter_nodes(view, elsewhere, ["n"]).feasible == []
+    assert filter_nodes(view, trainer_pod().build(), ["n"]).feasible == ["n"]
+    assert score_nodes(view, trainer_pod().build(), ["n"])["n"].gpus == (0,)
     mine, theirs = pair_kind([elsewhere]), pair_kind([rollout_pod().build()])
     assert not kinds_may_pair(BY_TURNS, mine, theirs, gpu_mib=GPU)
     # The conductor's rule 3 counts such a pair at both peaks too.

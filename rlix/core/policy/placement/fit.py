@@ -145,7 +145,9 @@ def filter_nodes(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     get_load = view.load_getter()
     selective, gpus, job = bool(pod.node_selector), pod.gpus, pod.job
     peak = pod.peak_memory_mib
-    sharing = (pod.priority, pair_traits(pod), peak, rules)  # peak: rule 6
+    # peak and loads_through_gate: rule 6 (by turns only for pods whose loads
+    # wait at the gate)
+    sharing = (pod.priority, pair_traits(pod), peak, pod.loads_through_gate, rules)
     for name in dict.fromkeys(node_names):
         load = get_load(name)
         if load is None:

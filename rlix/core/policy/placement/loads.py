@@ -269,7 +269,15 @@ class NodeLoad:
         # never shares a GPU with itself); elsewhere pods of every job with the
         # same demand, priority and shapes share one answer.
         job = pod.job if pod.job and pod.job in self.jobs() else ""
-        key = (demand_mib, job, pod.priority, pair_traits(pod), pod.peak_memory_mib, rules)
+        key = (
+            demand_mib,
+            job,
+            pod.priority,
+            pair_traits(pod),
+            pod.peak_memory_mib,
+            pod.loads_through_gate,
+            rules,
+        )
         found = self.memo.groups.get(key)
         if found is None:
             sets: dict[frozenset[str], list[int]] = {}

@@ -239,7 +239,7 @@ def _shared_terms(
         demand,
         gpus,
         job,
-        (pod.priority, pair_traits(pod), pod.peak_memory_mib, rules),
+        (pod.priority, pair_traits(pod), pod.peak_memory_mib, pod.loads_through_gate, rules),
     )
     if key in memo.terms:
         return memo.terms[key]
@@ -430,7 +430,7 @@ def score_values(view: PlacementView, pod: Workload, node_names: Iterable[str]) 
     ctx = _PodContext.of(view, pod)
     phase, gpus = ctx.phase, pod.gpus
     rules = view.rules
-    sharing = (pod.priority, pair_traits(pod), rules)
+    sharing = (pod.priority, pair_traits(pod), pod.loads_through_gate, rules)
     # Weighted locality per node holding peers, and per domain for the rest.
     near: dict[str, float] = {}
     in_domain: dict[str | None, float] = {}
