@@ -30,12 +30,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from rlix.agent.conducting import NodePod
 from rlix.agent.gpus import GpuProcess
 from rlix.agent.metrics import AgentMetrics
-from rlix.core.objects.pods import read_pod
+from rlix.agent.pod_watches import EventSink, held_mib, pod_facts, run_every
 from rlix.core.policy.placement.sharing import CONTEXT_MIB
 
 log = logging.getLogger(__name__)
@@ -66,15 +65,7 @@ class OutsideLoad:
 
 def loads_through_gate(pod: NodePod) -> bool:
     """The pod's ``rlix.io/loads-through-gate``, read as the extender reads it."""
-    body = {
-        "metadata": {
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "uid": pod.uid,
-            "annotations": dict(pod.annotations),
-        }
-    }
-    return read_pod(body).workload.loads_through_gate
+    return pod_facts(pod).workload.loads_through_gate
 
 
 class PromiseWatch:
@@ -112,24 +103,22 @@ class PromiseWatch:
         listed = self._pods()
         self._keep_asked([p.uid for p in listed])
         marked = {p.uid: p for p in listed if loads_through_gate(p)}
-        held: dict[tuple[str, int], int] = {}
-        for proc in self._processes():
-            uid = self._pod_of_pid(proc.pid)
-            if uid in marked:
-                held[(uid, proc.gpu_index)] = held.get((uid, proc.gpu_index), 0) + proc.used_mib
+        over: dict[str, list[tuple[int, int]]] = {}  # uid -> (GPU, MiB) beyond a context
+        for (uid, gpu), used in sorted(
+            held_mib(self._processes(), self._pod_of_pid, marked).items()
+        ):
+            if used > CONTEXT_MIB:
+                over.setdefault(uid, []).append((gpu, used))
         found = []
         for uid, pod in marked.items():
-            over = sorted(
-                (gpu, used) for (u, gpu), used in held.items() if u == uid and used > CONTEXT_MIB
-            )
             if uid in self._judged:
                 continue
-            if not over:
+            if uid not in over:
                 if not self._parked(uid):
                     self._small.add(uid)
                 continue
             if uid in self._small and not self._asked(uid):
-                gpu, used = over[0]
+                gpu, used = over[uid][0]
                 found.append(OutsideLoad(uid, pod.namespace, pod.name, gpu, used))
             self._judged.add(uid)
             self._small.discard(uid)
@@ -140,15 +129,7 @@ class PromiseWatch:
         return found
 
     def run(self, stop: threading.Event, interval_s: float) -> None:
-        while not stop.wait(interval_s):
-            try:
-                self.check()
-            except Exception:  # an API server outage must not end the watch
-                log.exception("check of loads outside the phase gate failed; retrying")
-
-
-class EventSink(Protocol):
-    def post(self, load: OutsideLoad, *, kind: str, reason: str, message: str) -> None: ...
+        run_every(self.check, stop, interval_s)
 
 
 class OutsideLoadReports:

@@ -12,10 +12,11 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from rlix.agent.conducting import NodePod
 from rlix.agent.identities import PodIdentity
+from rlix.agent.pod_watches import OnPod
 from rlix.agent.publishing import Annotations, ObjectGoneError
 from rlix.core.dra import API_VERSION
 
@@ -90,19 +91,6 @@ class KubeNodePods:
             )
             for p in pods.items
         ]
-
-
-class OnPod(Protocol):
-    """What an event is about: a pod (an ``Overrun``, an ``OutsideLoad``)."""
-
-    @property
-    def uid(self) -> str: ...
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
 
 
 class KubePodEvents:

@@ -25,7 +25,7 @@ from typing import Protocol
 from rlix.agent.conducting import NodePod
 from rlix.agent.gpus import GpuProcess
 from rlix.agent.metrics import AgentMetrics
-from rlix.core.objects.pods import read_pod
+from rlix.agent.pod_watches import EventSink, held_mib, pod_facts, run_every
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +58,7 @@ class Overrun:
 
 def budget_mib(pod: NodePod) -> int | None:
     """The pod's per-GPU budget, or None when it declared no memory (nothing to check)."""
-    body = {
-        "metadata": {
-            "name": pod.name,
-            "namespace": pod.namespace,
-            "uid": pod.uid,
-            "annotations": dict(pod.annotations),
-        }
-    }
-    facts = read_pod(body)
+    facts = pod_facts(pod)
     if facts.errors or not facts.workload.memory_mib:
         return None  # an unreadable declaration is the extender's to report
     return facts.workload.peak_memory_mib or None
@@ -79,11 +71,7 @@ def overruns(
 ) -> list[Overrun]:
     """Every (pod, GPU) whose processes together hold more than the pod's budget."""
     by_uid = {pod.uid: pod for pod in pods}
-    held: dict[tuple[str, int], int] = {}
-    for proc in processes:
-        uid = pod_of_pid(proc.pid)
-        if uid is not None and uid in by_uid:
-            held[(uid, proc.gpu_index)] = held.get((uid, proc.gpu_index), 0) + proc.used_mib
+    held = held_mib(processes, pod_of_pid, by_uid)
     out = []
     budgets: dict[str, int | None] = {}
     for (uid, gpu), used in sorted(held.items()):
@@ -138,15 +126,7 @@ class OverrunWatch:
         return list(now.values())
 
     def run(self, stop: threading.Event, interval_s: float) -> None:
-        while not stop.wait(interval_s):
-            try:
-                self.check()
-            except Exception:  # an API server outage must not end the watch
-                log.exception("GPU memory overrun check failed; retrying")
-
-
-class EventSink(Protocol):
-    def post(self, overrun: Overrun, *, kind: str, reason: str, message: str) -> None: ...
+        run_every(self.check, stop, interval_s)
 
 
 class OverrunReports:
