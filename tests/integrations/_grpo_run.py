@@ -4,13 +4,16 @@ Nothing is downloaded: the tokenizer is built from a word list and the model
 from a config with random weights, saved to a local directory (GRPOTrainer
 builds the reference model from the policy's path).
 
-    python _grpo_run.py WORKDIR [--agent SOCKET] [--pause-after N]
+    python _grpo_run.py WORKDIR [--agent SOCKET] [--pause-after N] [--loading]
 
 Without --agent, rlix.integrations.trl is not attached at all (the baseline).
 With it, the trainer waits for one stdin line (the test puts its PID in a pod),
 talks to the agent through a Wiretap, and with --pause-after N stops after
 step N at a safe point, answering "live" and "suspended" on stdin until
-"continue". It prints one JSON line per event; the last is the result.
+"continue". With --loading (and --agent) it builds the trainer inside
+``rlix.loading()``, as docs/integrations.md tells a role that sets
+``loadsThroughGate`` to. It prints one JSON line per event; the last is the
+result.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ def main() -> int:
     ap.add_argument("--agent")
     ap.add_argument("--pause-after", type=int, default=0)
     ap.add_argument("--trainer", choices=["grpo", "rloo"], default="grpo")
+    ap.add_argument("--loading", action="store_true")
     a = ap.parse_args()
 
     from datasets import Dataset
@@ -114,13 +118,17 @@ def main() -> int:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    trainer = trainer_cls(
-        model=model_path,
-        reward_funcs=reward_len,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tok,
-    )
+
+    def construct() -> Any:
+        # TRL loads a model given by name (and the reference model) here.
+        return trainer_cls(
+            model=model_path,
+            reward_funcs=reward_len,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tok,
+        )
+
     tap = None
     cb = None
     if a.agent:
@@ -132,6 +140,11 @@ def main() -> int:
         sys.stdin.readline()  # the test has put this PID in a pod
         tap = Wiretap(a.agent, str(a.workdir / "tap.sock"))
         rlix.configure(tap.path)
+        if a.loading:
+            with rlix.loading():  # the first allocation: the gate's to time
+                trainer = construct()
+        else:
+            trainer = construct()
         # On CPU, transformers maps safetensors weights straight from the file:
         # those storages cannot be resized to 0, so give them ordinary memory
         # (on a GPU the weights are device allocations and need no such step).
@@ -139,6 +152,8 @@ def main() -> int:
             for p in m.parameters():
                 p.data = p.data.clone()
         cb = rlix.integrations.trl.attach(trainer)
+    else:
+        trainer = construct()
 
     def live_bytes() -> int:
         tensors = [*trainer.model.parameters(), *trainer.ref_model.parameters()]
@@ -193,6 +208,7 @@ def main() -> int:
         rewards=[h.get("reward") for h in trainer.state.log_history if "loss" in h],
         digest=digest.hexdigest(),
         phases=phases,
+        loads=tap.loads() if tap is not None else [],
     )
     return 0
 

@@ -63,6 +63,12 @@ class Wiretap:
                 self._lock.wait(min(left, 0.05))
             return [m["phase"] for m in self.sent if m.get("op") == "phase"]
 
+    def loads(self) -> list[str]:
+        """The phases the client said were loads (``rlix.loading()`` to an
+        agent whose gate takes loads); read after ``phases``."""
+        with self._lock:
+            return [m["phase"] for m in self.sent if m.get("op") == "phase" and m.get("loading")]
+
     def _waiting(self, timeout_ms: int | None) -> list[tuple[int, int]]:
         # poll, not select: select refuses descriptors above 1023, which a long
         # test session can reach.

@@ -119,8 +119,21 @@ def test_attach_is_idempotent_and_a_noop_without_an_agent() -> None:
 
 
 def test_rloo_reports_the_same_phases_and_registers_its_models(tmp_path: Path) -> None:
-    with AgentProcess(tmp_path / "agent", pods={UID: POD}) as agent:
-        run = Run(SCRIPT, tmp_path / "rloo", "--agent", str(agent.socket), "--trainer", "rloo")
+    """Built inside ``rlix.loading()`` (docs/integrations.md: what a role
+    that sets ``loadsThroughGate`` does, since TRL loads the model given by
+    name in the trainer's constructor): the load comes first, as a weight
+    sync the agent's phase gate is told is a load, then the same busy phases
+    as GRPO's."""
+    with AgentProcess(tmp_path / "agent", pods={UID: POD}, extra_args=("--phase-gate",)) as agent:
+        run = Run(
+            SCRIPT,
+            tmp_path / "rloo",
+            "--agent",
+            str(agent.socket),
+            "--trainer",
+            "rloo",
+            "--loading",
+        )
         try:
             agent.put_in_pod(run.proc.pid, UID)
             run.say("go")
@@ -130,7 +143,10 @@ def test_rloo_reports_the_same_phases_and_registers_its_models(tmp_path: Path) -
             hooks = agent.control(proto.OP_STATUS).body["connected"].get(UID, {})
         finally:
             run.close()
-    assert result["phases"] == ["idle", *["rollout", "scoring", "training"] * STEPS, "idle"]
+    # With the gate, the client also says when it leaves each block (idle).
+    busy = [p for p in result["phases"] if p != "idle"]
+    assert busy == ["weight-sync", *["rollout", "scoring", "training"] * STEPS]
+    assert result["loads"] == ["weight-sync"]
     assert len(result["losses"]) == STEPS
     # The trainer has exited, so the agent may already have dropped it; when it
     # still lists it, the hooks are the three the integration registers.
