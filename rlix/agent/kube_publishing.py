@@ -105,20 +105,20 @@ class KubePodEvents:
         self._node = node
         self._serial = itertools.count()
 
-    def post(self, overrun: OnPod, *, kind: str, reason: str, message: str) -> None:
+    def post(self, about: OnPod, *, kind: str, reason: str, message: str) -> None:
         now = datetime.now(UTC)
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "metadata": {
-                "name": f"{overrun.name}.{int(now.timestamp() * 1e6):x}{next(self._serial)}",
-                "namespace": overrun.namespace,
+                "name": f"{about.name}.{int(now.timestamp() * 1e6):x}{next(self._serial)}",
+                "namespace": about.namespace,
             },
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "name": overrun.name,
-                "namespace": overrun.namespace,
-                "uid": overrun.uid,
+                "name": about.name,
+                "namespace": about.namespace,
+                "uid": about.uid,
             },
             "type": kind,
             "reason": reason,
@@ -131,13 +131,13 @@ class KubePodEvents:
             "count": 1,
         }
         try:
-            self._api.create_namespaced_event(overrun.namespace, body)
+            self._api.create_namespaced_event(about.namespace, body)
         except Exception as exc:  # an event is a courtesy: the metric still counts it
             log.warning(
                 "event %s on pod %s/%s not recorded: %s",
                 reason,
-                overrun.namespace,
-                overrun.name,
+                about.namespace,
+                about.name,
                 exc,
             )
 

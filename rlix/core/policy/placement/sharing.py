@@ -403,9 +403,10 @@ def resident_mib(rules: SharingRules, pods: Iterable[Workload]) -> int:
 
 def _pair_needs(rules: SharingRules, pods: tuple[tuple[Traits, int, bool], ...]) -> int:
     """Each pod: its traits, its memory, whether it loads through the gate
-    (``Workload.loads_through_gate``). Only pods that do take turns over
-    memory: the gate cannot hold back a load it is not asked about, and one
-    let in beside a working partner's peak would run the GPU out of memory."""
+    (``Workload.loads_through_gate``). Only pods that load through the gate
+    take turns over memory: the gate cannot hold back a load it is not asked
+    about, and one let in beside a working partner's peak would run the GPU
+    out of memory."""
     peaks = [peak for _, peak, _ in pods]
     if len(pods) < 2 or not rules.parks_at_gate:
         return sum(peaks)
