@@ -10,7 +10,6 @@ feasible nodes ranked with the four terms their score came from.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import urllib.request
@@ -232,14 +231,13 @@ def run(args: argparse.Namespace) -> int:
         pod = load_pod(inputs[-1])
         doc, bound_to = without_pod(doc, pod)
         rules = None
-        if args.interference is not None or args.park_at_gate:
+        if args.interference is not None or args.park_at_gate or args.no_phase_gate:
             said = doc.get("sharingRules") if isinstance(doc, Mapping) else None
             default = DEFAULT_RULES if said is None else rules_from_doc(said)
-            rules = rules_file.rules_from(
-                args.interference, args.interference_mode, default=default
+            rules = rules_file.with_gate_flags(
+                rules_file.rules_from(args.interference, args.interference_mode, default=default),
+                args,
             )
-            if args.park_at_gate:
-                rules = dataclasses.replace(rules, parks_at_gate=True)
         report = replay(doc, pod, nodes, rules)
     except ValueError as exc:  # bad files, SnapshotDocumentError, ObjectError: all readable
         print(f"rlix replay: {exc}", file=sys.stderr)

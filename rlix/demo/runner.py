@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -78,6 +79,8 @@ def sharing_rules(interference: Source | None) -> str:
     """The line the extender and the operator log at start for these flags
     (``rules_file.describe``); ValueError naming a matrix file that cannot be read."""
     rules = rules_file.rules_from(interference, "time_slicing", default=DEFAULT_RULES)
+    if interference is not None:  # --no-phase-gate (``components._rules_args``)
+        rules = dataclasses.replace(rules, phase_gate=False)
     return rules_file.describe(rules, interference, "time_slicing")
 
 

@@ -580,6 +580,11 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
     assert all(parking[c].park_at_gate for c in ("extender", "operator", "node-agent"))
     gate_off = _parsed(_render(helm, "--set", "nodeAgent.phaseGate.parkAtGate=true"))
     assert not any(gate_off[c].park_at_gate for c in ("extender", "operator", "node-agent"))
+    # Without the gate (the chart's default) placement and admission judge a
+    # pair as its pods drift; with it, as the gate makes them take turns.
+    assert gate_off["extender"].no_phase_gate and gate_off["operator"].no_phase_gate
+    assert not parsed["extender"].no_phase_gate and not parsed["operator"].no_phase_gate
+    assert not parking["extender"].no_phase_gate and not parking["operator"].no_phase_gate
     assert str(parsed["operator"].interference).endswith("/interference.json")
     assert parsed["node-agent"].interference_mode == "mps"
 

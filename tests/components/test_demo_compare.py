@@ -223,17 +223,24 @@ def test_results_write_records_table_and_png(tmp_path: Path) -> None:
     ("given", "flags", "said"),
     [
         (None, [], "sharing rules 1-3"),  # --interference none
-        ("time-slicing", ["--interference", "time-slicing"], "built-in time-slicing bound"),
-        (MATRIX, ["--interference", str(MATRIX)], str(MATRIX)),
+        (
+            "time-slicing",
+            ["--interference", "time-slicing", "--no-phase-gate"],
+            "built-in time-slicing bound",
+        ),
+        (MATRIX, ["--interference", str(MATRIX), "--no-phase-gate"], str(MATRIX)),
     ],
 )
 def test_the_extender_and_the_operator_get_the_demo_rules(
     given: Path | str | None, flags: list[str], said: str
 ) -> None:
     """The demo starts its components with the chart's flags for the rules it
-    names, and says the line those components log."""
+    names (its node agents, like the chart's by default, run no phase gate),
+    and says the line those components log."""
     assert components._rules_args(given) == flags
     assert said in sharing_rules(given)
+    if given is not None:
+        assert "the nodes run no phase gate" in sharing_rules(given)
 
 
 def test_the_demo_decides_as_the_chart_does_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:

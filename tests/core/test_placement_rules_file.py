@@ -8,13 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from rlix.core.phases import Phase
 from rlix.core.policy.placement import rules_file
 from rlix.core.policy.placement.sharing import (
     DEFAULT_RULES,
     MEASURED_H200_CELLS,
     TIME_SLICING_CELLS,
     SharingRules,
+    takes_turns,
 )
+from rlix.core.snapshot import PhaseLoad
 
 MEASURED = Path(__file__).resolve().parents[2] / "bench/results/gpu_interference.json"
 
@@ -88,3 +91,39 @@ def test_time_slicing_names_the_built_in_bound_instead_of_a_file() -> None:
     refused = "holds only for --interference-mode time_slicing, not mps"
     with pytest.raises(ValueError, match=refused):
         rules_file.rules_from("time-slicing", "mps", default=DEFAULT_RULES)
+
+
+def test_without_the_nodes_gate_pairs_are_judged_as_they_drift() -> None:
+    """``--no-phase-gate`` (the chart's, where ``nodeAgent.phaseGate.enabled``
+    is false): rule 5 judges two pods that idle part of their cycle as they
+    run without a gate, drifting, not as the gate would make them take
+    turns; ``--park-at-gate`` says the opposite, so the two are refused together."""
+    parser = argparse.ArgumentParser()
+    rules_file.add_arguments(parser, "what it changes")
+    gated = rules_file.from_args(
+        parser.parse_args(["--interference", str(MEASURED)]), default=DEFAULT_RULES
+    )
+    drifting = rules_file.from_args(
+        parser.parse_args(["--interference", str(MEASURED), "--no-phase-gate"]),
+        default=DEFAULT_RULES,
+    )
+    assert gated.phase_gate and not drifting.phase_gate
+    assert drifting == SharingRules(phase_gate=False)
+    # A disaggregated pair: each pool idles while the other works.
+    rollout = (PhaseLoad(Phase.ROLLOUT, 0.5, 1.0), PhaseLoad(Phase.IDLE, 0.5, 0.0))
+    training = (PhaseLoad(Phase.TRAINING, 0.5, 1.0), PhaseLoad(Phase.IDLE, 0.5, 0.0))
+    assert takes_turns(gated, rollout, 100.0, training, 100.0)
+    assert not takes_turns(drifting, rollout, 100.0, training, 100.0)
+    assert "as its pods drift (the nodes run no phase gate)" in rules_file.describe(
+        drifting, MEASURED, "time_slicing"
+    )
+    assert "taking turns where the nodes' phase gate would" in rules_file.describe(
+        gated, MEASURED, "time_slicing"
+    )
+    both = parser.parse_args(["--park-at-gate", "--no-phase-gate"])
+    with pytest.raises(ValueError, match="give one"):
+        rules_file.from_args(both, default=DEFAULT_RULES)
+    # The agent runs the gate itself: it has neither flag from here.
+    agent = argparse.ArgumentParser()
+    rules_file.add_arguments(agent, "what it changes", park_at_gate=False)
+    assert not hasattr(agent.parse_args([]), "no_phase_gate")

@@ -120,10 +120,27 @@ def rules_from(path: Source | None, mode: str, *, default: SharingRules) -> Shar
 def from_args(args: argparse.Namespace, *, default: SharingRules) -> SharingRules:
     """The rules ``add_arguments``' flags ask for, with the start-up log line said;
     ValueError (naming the file and why) for a matrix that cannot be read."""
-    rules = rules_from(args.interference, args.interference_mode, default=default)
-    if getattr(args, "park_at_gate", False):
-        rules = dataclasses.replace(rules, parks_at_gate=True)
+    rules = with_gate_flags(
+        rules_from(args.interference, args.interference_mode, default=default), args
+    )
     log.info("%s", describe(rules, args.interference, args.interference_mode))
+    return rules
+
+
+def with_gate_flags(rules: SharingRules, args: argparse.Namespace) -> SharingRules:
+    """``rules`` as the nodes' phase gate runs: ``--park-at-gate`` (rule 6 by
+    turns) or ``--no-phase-gate`` (pairs judged as they drift); ValueError
+    for both."""
+    parks, no_gate = getattr(args, "park_at_gate", False), getattr(args, "no_phase_gate", False)
+    if parks and no_gate:
+        raise ValueError(
+            "--park-at-gate says the node agents park at their phase gate, --no-phase-gate "
+            "that they run none: give one"
+        )
+    if parks:
+        return dataclasses.replace(rules, parks_at_gate=True)
+    if no_gate:
+        return dataclasses.replace(rules, phase_gate=False)
     return rules
 
 
@@ -149,9 +166,14 @@ def describe(rules: SharingRules, path: Source | None, mode: str) -> str:
         if rules.parks_at_gate
         else "both peaks fit one GPU"
     )
+    gate = (
+        "taking turns where the nodes' phase gate would make them"
+        if rules.phase_gate
+        else "as its pods drift (the nodes run no phase gate)"
+    )
     return (
         f"sharing rules 1-6 with the interference matrix from {origin(path, mode)}: a pair shares "
-        f"only where it delivers >= {rules.min_pair_progress:.2f} GPUs of progress "
+        f"only where it delivers >= {rules.min_pair_progress:.2f} GPUs of progress, {gate}, "
         f"and {fit}"
     )
 
@@ -194,4 +216,12 @@ def add_arguments(
             "together, and only where every GPU node's agent parks at the gate; on "
             "gpu-claims nodes the claims still sum both peaks, so the nodes need memory "
             "overcommit for it (docs/node-agent.md, 'Parking at the gate')",
+        )
+        parser.add_argument(
+            "--no-phase-gate",
+            action="store_true",
+            help="the node agents run no phase gate (chart: nodeAgent.phaseGate.enabled "
+            "false): with a matrix, rule 5 judges a pair of pods that idle part of their "
+            "cycle as they run then, drifting in and out of each other's busy phases, not "
+            "as the gate would make them take turns (docs/extender.md, 'Sharing rules')",
         )
