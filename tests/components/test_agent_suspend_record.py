@@ -160,20 +160,25 @@ def test_a_suspension_records_what_the_pod_held_and_a_resume_can_be_handed_to_th
     # becomes the gate's (with the room its restore needs, recorded at the
     # suspend), the memory stays parked, and the pod is no longer published
     # as suspended.
+    def published() -> list[str | None]:
+        # Flushed first: the background publisher coalesces a pod's patches
+        # made before it runs (a CI run saw "true" then None sent as one None).
+        assert preemption._publisher.flush(timeout=5)
+        return [
+            p.annotations[ANNOTATION_SUSPENDED]
+            for p in PUBLISHED.patches
+            if p.key == "team-a/trainer-0" and ANNOTATION_SUSPENDED in p.annotations
+        ]
+
     conductor_suspends(preemption, ParkingProcess())
     rec = preemption.suspended[UID]
     assert rec.by == "" and rec.held_mib == {0: 30_000}
     assert preemption.parked_by_gate() == {}
+    assert published()[-1:] == ["true"]
     assert preemption.hand_to_gate(UID)
     assert preemption.parked_by_gate() == {UID: {0: 30_000}}
     assert preemption.parked_bytes(UID) == 4096
-    assert preemption._publisher.flush(timeout=5)
-    suspended = [
-        p.annotations[ANNOTATION_SUSPENDED]
-        for p in PUBLISHED.patches
-        if p.key == "team-a/trainer-0" and ANNOTATION_SUSPENDED in p.annotations
-    ]
-    assert suspended[-2:] == ["true", None]
+    assert published()[-2:] == ["true", None]
     assert not preemption.hand_to_gate(UID)  # the gate's already
 
 
