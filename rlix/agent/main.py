@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -43,6 +43,8 @@ from rlix.core.policy.placement.sharing import SharingRules
 if TYPE_CHECKING:
     from rlix.agent.conducting import Conducting, NodePod
     from rlix.agent.gate_promises import PromiseWatch
+    from rlix.agent.gpus import GpuProcess
+    from rlix.agent.kube_publishing import KubePodEvents
     from rlix.agent.kubelet_plugin import KubeletPlugin
 
 DESCRIPTION = """\
@@ -387,58 +389,68 @@ def _start_memory_watches(
     """
     from rlix.agent.kube_publishing import KubePodEvents
     from rlix.agent.overruns import OverrunReports, OverrunWatch
+    from rlix.agent.pod_watches import run_every
 
-    if gate is not None and gate.parks:
-        promises = _promise_watch(
-            args, api, backend, metrics, gate=gate, preemption=preemption, pods=pods
+    # One thread and one reading of the GPUs' processes per pass, for both.
+    held: list[Sequence[GpuProcess]] = [()]
+    events = KubePodEvents(api, node=args.node_name)
+    watches: list[OverrunWatch | PromiseWatch] = [
+        OverrunWatch(
+            processes=lambda: held[0],
+            pod_of_pid=functools.partial(_pod_of_pid, args.proc_root),
+            pods=pods,
+            reporter=OverrunReports(node=args.node_name, events=events, metrics=metrics),
         )
-        threading.Thread(
-            target=promises.run,
-            args=(stop, args.overrun_interval),
-            name="rlix-promises",
-            daemon=True,
-        ).start()
-    watch = OverrunWatch(
-        processes=backend.processes,
-        pod_of_pid=functools.partial(_pod_of_pid, args.proc_root),
-        pods=pods,
-        reporter=OverrunReports(
-            node=args.node_name,
-            events=KubePodEvents(api, node=args.node_name),
-            metrics=metrics,
-        ),
-    )
+    ]
+    if gate is not None and gate.parks:
+        watches.append(
+            _promise_watch(
+                args,
+                events,
+                metrics,
+                gate=gate,
+                preemption=preemption,
+                pods=pods,
+                processes=lambda: held[0],
+            )
+        )
+
+    def one_pass() -> None:
+        held[0] = list(backend.processes())
+        for watch in watches:
+            watch.check()
+
     threading.Thread(
-        target=watch.run, args=(stop, args.overrun_interval), name="rlix-overruns", daemon=True
+        target=run_every,
+        args=(one_pass, stop, args.overrun_interval),
+        name="rlix-memory-watches",
+        daemon=True,
     ).start()
 
 
 def _promise_watch(
     args: argparse.Namespace,
-    api: object,
-    backend: GpuBackend,
+    events: KubePodEvents,
     metrics: AgentMetrics,
     *,
     gate: PhaseGate,
     preemption: Preemption,
     pods: Callable[[], Sequence[NodePod]],
+    processes: Callable[[], Iterable[GpuProcess]],
 ) -> PromiseWatch:
     """Where the gate parks: the watch for pods whose role promised to load
     through the gate (``loadsThroughGate``) seen allocating before they asked
     it (``gate_promises``), run every ``--overrun-interval`` as the overrun
     watch is, on the conducting loop's listing."""
     from rlix.agent.gate_promises import OutsideLoadReports, PromiseWatch
-    from rlix.agent.kube_publishing import KubePodEvents
 
     return PromiseWatch(
-        processes=backend.processes,
+        processes=processes,
         pod_of_pid=functools.partial(_pod_of_pid, args.proc_root),
         pods=pods,
         asked=gate.asked,
         parked=lambda uid: preemption.parked_bytes(uid) is not None,
-        report=OutsideLoadReports(
-            node=args.node_name, events=KubePodEvents(api, node=args.node_name), metrics=metrics
-        ),
+        report=OutsideLoadReports(node=args.node_name, events=events, metrics=metrics),
         keep_asked=gate.keep_asked,
     )
 

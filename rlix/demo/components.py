@@ -15,7 +15,7 @@ from rlix.devcluster import processes
 from rlix.devcluster.processes import Component, url_ok, wait_until
 
 
-def _rules_args(interference: Source | None) -> list[str]:
+def rules_args(interference: Source | None) -> list[str]:
     """The sharing flags the chart gives the extender and the operator
     (``sharing.builtinMatrix``, or a file as from ``sharing.interferenceConfigMap``;
     ``--no-phase-gate``: the demo's node agents, like the chart's by default,
@@ -41,7 +41,7 @@ class Components:
                 str(port),
                 "--kubeconfig",
                 str(self.kubeconfig),
-                *_rules_args(interference),
+                *rules_args(interference),
             ),
             self.workdir / "logs" / "extender.log",
         )
@@ -68,7 +68,7 @@ class Components:
                 f"http://127.0.0.1:{live}/healthz",
                 "--backoff-base-seconds",
                 "1",
-                *_rules_args(interference),
+                *rules_args(interference),
             ),
             self.workdir / "logs" / "operator.log",
         )

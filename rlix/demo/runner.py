@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
 import shutil
 import sys
 import tempfile
@@ -24,7 +24,7 @@ from rlix.core.policy.placement.rules_file import Source
 from rlix.core.policy.placement.sharing import DEFAULT_RULES
 from rlix.core.suspension import PodSuspension
 from rlix.demo import exclusive, metrics
-from rlix.demo.components import Components
+from rlix.demo.components import Components, rules_args
 from rlix.demo.pods import PodRuntime
 from rlix.demo.record import RunRecord
 from rlix.demo.workload import MEMORY_OVERCOMMIT, DemoJob, demo_jobs
@@ -76,12 +76,16 @@ class DemoOptions:
 
 
 def sharing_rules(interference: Source | None) -> str:
-    """The line the extender and the operator log at start for these flags
-    (``rules_file.describe``); ValueError naming a matrix file that cannot be read."""
-    rules = rules_file.rules_from(interference, "time_slicing", default=DEFAULT_RULES)
-    if interference is not None:  # --no-phase-gate (``components._rules_args``)
-        rules = dataclasses.replace(rules, phase_gate=False)
-    return rules_file.describe(rules, interference, "time_slicing")
+    """The line the extender and the operator log at start for the flags the
+    demo gives them (``components.rules_args``, read by the components' own
+    ``rules_file`` parser); ValueError naming a matrix file that cannot be read."""
+    parser = argparse.ArgumentParser()
+    rules_file.add_arguments(parser, "")
+    args = parser.parse_args(rules_args(interference))
+    rules = rules_file.rules_from(args.interference, args.interference_mode, default=DEFAULT_RULES)
+    return rules_file.describe(
+        rules_file.with_gate_flags(rules, args), args.interference, args.interference_mode
+    )
 
 
 class Demo:

@@ -237,7 +237,7 @@ def test_the_extender_and_the_operator_get_the_demo_rules(
     """The demo starts its components with the chart's flags for the rules it
     names (its node agents, like the chart's by default, run no phase gate),
     and says the line those components log."""
-    assert components._rules_args(given) == flags
+    assert components.rules_args(given) == flags
     assert said in sharing_rules(given)
     if given is not None:
         assert "the nodes run no phase gate" in sharing_rules(given)
