@@ -27,14 +27,13 @@ check errs towards silence, never towards a false accusation.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rlix.agent.conducting import NodePod
 from rlix.agent.gpus import GpuProcess
 from rlix.agent.metrics import AgentMetrics
-from rlix.agent.pod_watches import EventSink, held_mib, pod_facts, run_every
+from rlix.agent.pod_watches import EventSink, held_mib, pod_facts
 from rlix.core.policy.placement.sharing import CONTEXT_MIB
 
 log = logging.getLogger(__name__)
@@ -127,9 +126,6 @@ class PromiseWatch:
         for load in found:
             self._report(load)
         return found
-
-    def run(self, stop: threading.Event, interval_s: float) -> None:
-        run_every(self.check, stop, interval_s)
 
 
 class OutsideLoadReports:

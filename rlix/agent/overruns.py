@@ -17,7 +17,6 @@ when it ends; the metric counts overruns and shows the excess while it lasts.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,7 +24,7 @@ from typing import Protocol
 from rlix.agent.conducting import NodePod
 from rlix.agent.gpus import GpuProcess
 from rlix.agent.metrics import AgentMetrics
-from rlix.agent.pod_watches import EventSink, held_mib, pod_facts, run_every
+from rlix.agent.pod_watches import EventSink, held_mib, pod_facts
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +123,6 @@ class OverrunWatch:
                 self._reporter.ended(overrun)
         self._open = now
         return list(now.values())
-
-    def run(self, stop: threading.Event, interval_s: float) -> None:
-        run_every(self.check, stop, interval_s)
 
 
 class OverrunReports:
