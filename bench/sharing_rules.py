@@ -4,7 +4,9 @@ The same jobs, run as the H200 measured (``interference.DEFAULT``), under
 gang-binpack and under RLix deciding with four rule sets: the cluster
 components' rules without ``--interference`` (rules 1-3, with the conductor's
 parking played out), the built-in time-slicing bound (``--interference
-time-slicing``, what the chart passes by default), the measured matrix
+time-slicing``, what the chart passes by default) with the nodes' phase gate
+and without it (``--no-phase-gate``: rule 5 judges pods that idle part of
+their cycle as they drift, and no phase waits), the measured matrix
 itself (what bench/results/<mix>.md uses), and the measured matrix where the
 node agents park at the gate (``--park-at-gate``: rule 6 by turns, the room
 test at the gate and each turn's copies played out). Open arrivals for JCT,
@@ -43,11 +45,13 @@ RULES: dict[str, Callable[[], Scheduler]] = {
     "gang-binpack": gang_binpack,
     "rlix, no matrix": lambda: rlix(None),
     "rlix, time-slicing bound": lambda: rlix(TIME_SLICING_BOUND),
+    "rlix, time-slicing bound, no gate": lambda: rlix(TIME_SLICING_BOUND, phase_gate=False),
     "rlix, measured matrix": lambda: rlix(DEFAULT),
     "rlix, measured matrix, parks at the gate": lambda: rlix(DEFAULT, parks_at_gate=True),
 }
 PARKS = "rlix, measured matrix, parks at the gate"
 SUBJECT = "rlix, time-slicing bound"
+NO_GATE = "rlix, time-slicing bound, no gate"
 # (label, better, open or closed run, value, format)
 METRICS: tuple[tuple[str, str, str, Callable[[SimResult], float], str], ...] = (
     ("mean JCT, open (min)", "lower", "open", lambda r: r.jct_mean_s / 60, "{:.0f}"),
@@ -101,8 +105,8 @@ def table(mix: str, got: dict[tuple[str, str], list[float]]) -> list[str]:
         "| metric | better | "
         + " | ".join(columns)
         + " | time-slicing / gang-binpack | time-slicing / no matrix"
-        + " | parks at the gate / measured matrix |",
-        "|---|---|" + "---|" * (len(columns) + 3),
+        + " | no gate / time-slicing | parks at the gate / measured matrix |",
+        "|---|---|" + "---|" * (len(columns) + 4),
     ]
     for label, better, _, _, fmt in METRICS:
         cells = [_cell(got[(label, c)], fmt) for c in columns]
@@ -112,6 +116,7 @@ def table(mix: str, got: dict[tuple[str, str], list[float]]) -> list[str]:
             + " | ".join(cells)
             + f" | {_ratio(med[SUBJECT], med['gang-binpack'])}"
             + f" | {_ratio(med[SUBJECT], med['rlix, no matrix'])}"
+            + f" | {_ratio(med[NO_GATE], med[SUBJECT])}"
             + f" | {_ratio(med[PARKS], med['rlix, measured matrix'])} |"
         )
     lines.append("")
@@ -156,12 +161,16 @@ def main(argv: list[str] | None = None) -> int:
         "the columns differ only in what RLix decides with: no matrix (the components without",
         "--interference: rules 1-3, pairs that outgrow a GPU parked as the conductor parks",
         "them), the built-in time-slicing bound (--interference time-slicing, the chart's",
-        "default: two busy phases split a GPU), the measured matrix itself (the tables in",
+        "default: two busy phases split a GPU) where the node agents run the phase gate, the",
+        "same bound where they run none (--no-phase-gate, nodeAgent.phaseGate.enabled: false:",
+        "rule 5 judges pods that idle part of their cycle as they drift, and no phase waits),",
+        "the measured matrix itself (the tables in",
         "<mix>.md), or the measured matrix where the node agents park at the gate",
         "(--park-at-gate, experimental: pods that take turns placed where the larger peak",
         "fits, a pod let into a busy phase (or its load) only where its peak fits beside",
         "the pods that work, each turn's copies charged at the PCIe floors). The ratio",
-        "columns divide the bound's median by the others', and parking's by the matrix's",
+        "columns divide the bound's median by the others', the bound's without the gate by",
+        "the bound's with it, and parking's by the matrix's",
         "(below 1 is better for JCT and stretch, higher for throughput and capacity).",
         "'Held GPU time by turns' is the share of held GPU time on GPUs holding more than",
         "their memory at everyone's peaks, the ones not working parked. What it is for:",

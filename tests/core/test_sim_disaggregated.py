@@ -256,6 +256,18 @@ def test_the_gate_makes_pods_of_a_pool_take_turns() -> None:
     assert gated.makespan_s == pytest.approx(profile.first_load_s + alone / rate, rel=0.05)
 
 
+def test_rlix_without_the_nodes_gate_judges_pairs_as_they_drift_and_runs_them_so() -> None:
+    # bench/sharing_rules.py's "no gate" column: the chart's install with
+    # nodeAgent.phaseGate.enabled false (the components' --no-phase-gate).
+    gated, drifting = rlix_scheduler(DEFAULT), rlix_scheduler(DEFAULT, phase_gate=False)
+    assert drifting.policy.rules == replace(gated.policy.rules, phase_gate=False)
+    mix = mix_of(disagg("t/a", 0), disagg("t/b", 1))
+    assert Simulation(mix, gated, SimConfig()).gate_rules is not None
+    assert Simulation(mix, drifting, SimConfig()).gate_rules is None
+    with pytest.raises(ValueError, match="needs the nodes' phase gate"):
+        rlix_scheduler(DEFAULT, parks_at_gate=True, phase_gate=False)
+
+
 def test_pair_ceiling_judges_pods_not_jobs() -> None:
     # Colocated 7B jobs pair at ~0.91 under the measured matrix (ceiling 1);
     # two disaggregated ones have idle pools to fill.

@@ -59,22 +59,34 @@ def gang_binpack() -> Scheduler:
     return Scheduler("gang-binpack", GANG_BINPACK, QueueOrder.PRIORITY, Preemption.EVICT)
 
 
-def rlix(interference: Interference | None = None, *, parks_at_gate: bool = False) -> Scheduler:
+def rlix(
+    interference: Interference | None = None,
+    *,
+    parks_at_gate: bool = False,
+    phase_gate: bool = True,
+) -> Scheduler:
     """RLix's policy; with ``interference``, its sharing rules decide with that model
     (``rlix.core.policy.placement.sharing``, rules 4-6), else with the cluster
     components' default rules (no model: rules 1-3 only). ``parks_at_gate``:
     the nodes park at the phase gate (the agent's ``--park-at-gate``), so pairs
     that take turns need the larger peak, not both (rule 6 by turns), and the
     engine plays the parking out (``engine``: the room test at the gate, each
-    turn's copies charged)."""
+    turn's copies charged). ``phase_gate=False``: the nodes run no phase gate
+    (the chart's ``nodeAgent.phaseGate.enabled: false``, the components'
+    ``--no-phase-gate``), so rule 5 judges pods that idle part of their cycle
+    as they drift and the engine lets every phase in at once."""
     from rlix.core.policy.placement.sharing import DEFAULT_RULES, SharingRules
     from rlix.core.policy.rlix_policy import RLixPolicy
 
     if parks_at_gate and interference is None:
         raise ValueError("parking at the gate needs rules with an interference matrix")
+    if parks_at_gate and not phase_gate:
+        raise ValueError("parking at the gate needs the nodes' phase gate")
     rules = DEFAULT_RULES if interference is None else SharingRules(interference.cells)
     if parks_at_gate:
         rules = replace(rules, parks_at_gate=True)
+    if not phase_gate:
+        rules = replace(rules, phase_gate=False)
     return Scheduler("rlix", RLixPolicy(rules=rules), QueueOrder.SHORTEST, Preemption.SUSPEND)
 
 
