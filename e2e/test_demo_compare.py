@@ -75,7 +75,8 @@ def test_compare_prints_a_table_computed_from_both_runs(tmp_path: Path) -> None:
     assert printed["exclusive"]["preemptions"] == 0
     md = (out / "demo_compare.md").read_text()
     assert "RLix/excl." in md
-    # RLix decided as the chart does by default, and says so where it ran.
+    # RLix decided as the chart does by default (for nodes without the gate),
+    # and says so where it ran.
     said = "sharing rules 1-6 with the interference matrix from the built-in time-slicing bound"
     assert f"RLix: {said}" in result.stdout
     assert f"decided with {said}" in md

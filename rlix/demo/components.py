@@ -18,8 +18,9 @@ from rlix.devcluster.processes import Component, url_ok, wait_until
 def rules_args(interference: Source | None) -> list[str]:
     """The sharing flags the chart gives the extender and the operator
     (``sharing.builtinMatrix``, or a file as from ``sharing.interferenceConfigMap``;
-    ``--no-phase-gate``: the demo's node agents, like the chart's by default,
-    run no phase gate); none: rules 1-3."""
+    ``--no-phase-gate``: the demo's node agents run no phase gate, unlike the
+    chart's by default, since its trainers sleep through their phases and lose
+    nothing where they overlap); none: rules 1-3."""
     return [] if interference is None else ["--interference", str(interference), "--no-phase-gate"]
 
 

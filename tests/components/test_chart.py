@@ -471,8 +471,13 @@ def test_the_phase_gate_value_gives_the_agent_arguments_it_accepts_and_its_matri
 ) -> None:
     from rlix.agent.main import _argument_error, build_parser
 
-    off = _agent_pod_spec(helm)["containers"][0]
+    off = _agent_pod_spec(helm, "--set", "nodeAgent.phaseGate.enabled=false")["containers"][0]
     assert not [a for a in off["args"] if "phase-gate" in a or "interference" in a]
+    # On by default (since 2026-12-07), with the chart's built-in bound.
+    args = build_parser().parse_args(
+        [*_agent_pod_spec(helm)["containers"][0]["args"], "--node-name=n"]
+    )
+    assert args.phase_gate and args.interference == "time-slicing" and not args.park_at_gate
     on = _agent_pod_spec(
         helm,
         "--set", "nodeAgent.phaseGate.enabled=true",
@@ -578,10 +583,18 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
         )
     )  # fmt: skip
     assert all(parking[c].park_at_gate for c in ("extender", "operator", "node-agent"))
-    gate_off = _parsed(_render(helm, "--set", "nodeAgent.phaseGate.parkAtGate=true"))
+    gate_off = _parsed(
+        _render(
+            helm,
+            "--set", "nodeAgent.phaseGate.enabled=false",
+            "--set", "nodeAgent.phaseGate.parkAtGate=true",
+        )
+    )  # fmt: skip
     assert not any(gate_off[c].park_at_gate for c in ("extender", "operator", "node-agent"))
-    # Without the gate (the chart's default) placement and admission judge a
-    # pair as its pods drift; with it, as the gate makes them take turns.
+    # Without the gate placement and admission judge a pair as its pods
+    # drift; with it (the chart's default), as the gate makes them take turns.
+    default = _parsed(_render(helm))
+    assert not default["extender"].no_phase_gate and not default["operator"].no_phase_gate
     assert gate_off["extender"].no_phase_gate and gate_off["operator"].no_phase_gate
     assert not parsed["extender"].no_phase_gate and not parsed["operator"].no_phase_gate
     assert not parking["extender"].no_phase_gate and not parking["operator"].no_phase_gate
@@ -598,7 +611,11 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
     )  # fmt: skip
     assert _matrix_of(_pod_spec(docs, "node-agent"))[0] == "gate-matrix"
     assert _matrix_of(_pod_spec(docs, "extender"))[0] == "cluster-matrix"
-    docs = _render(helm, "--set", "sharing.interferenceConfigMap=cluster-matrix")
+    docs = _render(
+        helm,
+        "--set", "sharing.interferenceConfigMap=cluster-matrix",
+        "--set", "nodeAgent.phaseGate.enabled=false",
+    )  # fmt: skip
     assert _matrix_of(_pod_spec(docs, "node-agent")) == (None, [])
     assert _matrix_of(_pod_spec(docs, "operator"))[0] == "cluster-matrix"
 
@@ -606,8 +623,8 @@ def test_one_sharing_matrix_reaches_the_extender_the_operator_and_the_gate(helm:
 def test_by_default_the_built_in_time_slicing_bound_reaches_every_component_without_a_volume(
     helm: Helm,
 ) -> None:
-    # The chart's default: no value to set.
-    docs = _render(helm, "--set", "nodeAgent.phaseGate.enabled=true")
+    # The chart's default: no value to set (the gate is on by default too).
+    docs = _render(helm)
     for component in ("extender", "operator", "node-agent"):
         spec = _pod_spec(docs, component)
         assert _matrix_of(spec) == (None, ["--interference=time-slicing"]), component
@@ -615,13 +632,19 @@ def test_by_default_the_built_in_time_slicing_bound_reaches_every_component_with
     for component, parsed in _parsed(docs).items():
         assert parsed.interference == "time-slicing", component
 
-    # A measured matrix wins; without the gate the agent reads none.
+    # A measured matrix wins, for the gate too; without the gate the agent reads none.
     docs = _render(
         helm,
         "--set", "sharing.builtinMatrix=time-slicing",
         "--set", "sharing.interferenceConfigMap=cluster-matrix",
     )  # fmt: skip
     assert _matrix_of(_pod_spec(docs, "extender"))[0] == "cluster-matrix"
+    assert _matrix_of(_pod_spec(docs, "node-agent"))[0] == "cluster-matrix"
+    docs = _render(
+        helm,
+        "--set", "sharing.interferenceConfigMap=cluster-matrix",
+        "--set", "nodeAgent.phaseGate.enabled=false",
+    )  # fmt: skip
     assert _matrix_of(_pod_spec(docs, "node-agent")) == (None, [])
 
     # The bound is time-slicing's: under MPS the chart refuses it, saying why.

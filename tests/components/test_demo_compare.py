@@ -235,7 +235,8 @@ def test_the_extender_and_the_operator_get_the_demo_rules(
     given: Path | str | None, flags: list[str], said: str
 ) -> None:
     """The demo starts its components with the chart's flags for the rules it
-    names (its node agents, like the chart's by default, run no phase gate),
+    names (its node agents run no phase gate: its trainers sleep through their
+    phases, so the chart's default gate could only make them wait),
     and says the line those components log."""
     assert components.rules_args(given) == flags
     assert said in sharing_rules(given)
