@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -84,6 +85,37 @@ def test_publication_coalesces_and_retries_without_losing_the_latest() -> None:
         }
         assert port.failures == 0
         assert len(port.patches) <= 2  # coalesced, not one per submission and retry
+    finally:
+        pub.stop()
+
+
+def test_a_phase_left_and_the_next_one_entered_at_once_publish_only_the_next() -> None:
+    # Under the phase gate a trainer reports idle as it leaves a block and its
+    # next phase a moment later: the worker gathers before it publishes, so the
+    # pod's annotation never reads the idle in between (a long gathering here,
+    # so the moment cannot be missed).
+    port = RecordingPublisher()
+    pub = BackgroundPublisher(port, coalesce_s=60)
+    try:
+        pub.pod("ns", "p", {"rlix.io/phase": "idle", "rlix.io/iterations": "1"})
+        time.sleep(0.2)
+        assert port.patches == []  # still gathering
+        pub.pod("ns", "p", {"rlix.io/phase": "rollout"})
+        assert pub.flush(timeout=10)  # a flush publishes at once
+        assert [p.annotations for p in port.patches] == [
+            {"rlix.io/phase": "rollout", "rlix.io/iterations": "1"}
+        ]
+    finally:
+        pub.stop()
+    # By default the gathering is short: a lone submission goes out by itself.
+    port = RecordingPublisher()
+    pub = BackgroundPublisher(port)
+    try:
+        pub.pod("ns", "p", {"rlix.io/phase": "idle"})
+        deadline = time.monotonic() + 10
+        while not port.patches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert port.current == {("pod", "ns/p"): {"rlix.io/phase": "idle"}}
     finally:
         pub.stop()
 
