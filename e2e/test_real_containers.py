@@ -213,10 +213,11 @@ def test_trainer_phases_reach_the_pod_and_the_rljob_status(dev: DevCluster, job:
         ),
         timeout_s=60,
     )
-    # The chart's agent runs the phase gate (its default), so between two
-    # blocks the trainer reports idle (it holds no turn), and the status that
-    # counts an iteration (the trainer left training) may read idle for that
-    # instant: wait for the phase it lives in.
+    # The chart's agent runs the phase gate (its default), and both probes
+    # report their memory on simulated GPU 0 and declare no cycle, so the gate
+    # makes them take turns: the trainer waits at the gate (idle) while the
+    # rollout pod works, and the status that counts an iteration (the trainer
+    # left training) may read idle. Wait for a phase it works in.
     status = wait_for(
         "two iterations and a busy phase in the RLJob's status",
         lambda: (
