@@ -7,7 +7,7 @@ costs one patch per flush, not one per switch; and an API server outage slows
 nothing but the publication itself. The worker also waits a moment
 (``COALESCE_S``) after the first submission of a batch: under the phase gate a
 trainer reports idle as it leaves a block and its next phase a moment later,
-and without the wait every block boundary would publish an idle the pod is
+and without the wait most block boundaries published an idle the pod is
 not really in (the RLJob's status and printer column read it) and cost a
 patch of its own.
 """
