@@ -130,6 +130,16 @@ def add_parser(sub: Any) -> None:
         "pays its copies (docs/simulator.md, 'Parking at the gate, played out'). Needs "
         "--rules matrix or time-slicing",
     )
+    p.add_argument(
+        "--no-phase-gate",
+        action="store_true",
+        help="RLix as where the node agents run no phase gate (the chart's "
+        "nodeAgent.phaseGate.enabled false; the extender's and the operator's "
+        "--no-phase-gate): sharing rule 5 judges a pair of pods that idle part of their "
+        "cycle as they drift in and out of each other's busy phases, and every phase goes "
+        "in at once (bench/results/sharing_rules.md, 'no gate'). Needs --rules matrix or "
+        "time-slicing; not with --park-at-gate",
+    )
     p.add_argument("--json", metavar="FILE", help="also write every result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(run=run)
@@ -180,9 +190,11 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
             if name == "rlix" and args.rules in OTHER_RULES
             else scheduler(name, config.interference)
         )
-        if name == "rlix" and args.park_at_gate:
+        if name == "rlix" and (args.park_at_gate or args.no_phase_gate):
             matrix = decides_with.get(args.rules, config.interference)
-            chosen = rlix(matrix, parks_at_gate=True)
+            chosen = rlix(
+                matrix, parks_at_gate=args.park_at_gate, phase_gate=not args.no_phase_gate
+            )
         result = simulate(mix, chosen, config, progress=_progress(name, args.quiet))
         wall = time.perf_counter() - started
         if not args.quiet:
@@ -205,12 +217,26 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.no_phase_gate and (args.park_at_gate or args.rules == "default"):
+        print(
+            "rlix simulate: --no-phase-gate "
+            + (
+                "and --park-at-gate contradict each other: parking happens at the gate"
+                if args.park_at_gate
+                else "needs rules with an interference matrix (--rules matrix or "
+                "time-slicing): without one the gate decides nothing"
+            ),
+            file=sys.stderr,
+        )
+        return 2
     results, ideal, speeds = run_mix(args)
     print(f"mix {args.mix} (seed {args.seed}): {results[0].jobs} jobs on {results[0].gpus} GPUs")
     if args.rules in OTHER_RULES and any(r.scheduler == "rlix" for r in results):
         print(f"rlix decides with {OTHER_RULES[args.rules]}")
     if args.park_at_gate and any(r.scheduler == "rlix" for r in results):
         print("rlix parks at the gate: pairs that take turns need the larger peak, not both")
+    if args.no_phase_gate and any(r.scheduler == "rlix" for r in results):
+        print("rlix decides for nodes without the phase gate: pairs judged as their pods drift")
     print(table(results, ideal))
     for r, s in zip(results, speeds, strict=True):
         print(

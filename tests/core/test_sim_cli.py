@@ -149,3 +149,38 @@ def test_park_at_gate_decides_with_rule_6_by_turns_and_needs_a_matrix(
     refused = parse("--mix", "disaggregated", "--jobs", "6", "--rules", "default", "--park-at-gate")
     assert refused.run(refused) == 2
     assert "--park-at-gate needs rules with an interference matrix" in capsys.readouterr().err
+
+
+def test_no_phase_gate_decides_and_runs_as_nodes_without_the_gate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlix.core.policy.placement.sharing import MEASURED_H200_CELLS, TIME_SLICING_CELLS
+    from rlix.core.sim import engine
+
+    seen: list[tuple[Any, bool, bool]] = []
+    real = engine.simulate
+
+    def recording(*a: Any, **kw: Any) -> Any:
+        rules = a[1].policy.rules
+        seen.append((rules.interference, rules.phase_gate, rules.parks_at_gate))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine, "simulate", recording)
+    for rules in ("time-slicing", "matrix"):
+        args = parse(
+            "--mix", "disaggregated", "--jobs", "6", "--scheduler", "rlix", "--quiet",
+            "--rules", rules, "--no-phase-gate",
+        )  # fmt: skip
+        assert args.run(args) == 0
+        assert "rlix decides for nodes without the phase gate" in capsys.readouterr().out
+    assert seen == [
+        (TIME_SLICING_CELLS, False, False),
+        (MEASURED_H200_CELLS, False, False),
+    ]
+    for extra, said in (
+        (("--rules", "default"), "--no-phase-gate needs rules with an interference matrix"),
+        (("--park-at-gate",), "--no-phase-gate and --park-at-gate contradict each other"),
+    ):
+        refused = parse("--mix", "disaggregated", "--jobs", "6", "--no-phase-gate", *extra)
+        assert refused.run(refused) == 2
+        assert said in capsys.readouterr().err
