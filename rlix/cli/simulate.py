@@ -217,15 +217,17 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.no_phase_gate and (args.park_at_gate or args.rules == "default"):
+    if args.no_phase_gate and args.park_at_gate:
         print(
-            "rlix simulate: --no-phase-gate "
-            + (
-                "and --park-at-gate contradict each other: parking happens at the gate"
-                if args.park_at_gate
-                else "needs rules with an interference matrix (--rules matrix or "
-                "time-slicing): without one the gate decides nothing"
-            ),
+            "rlix simulate: --no-phase-gate and --park-at-gate contradict each other: "
+            "parking happens at the gate",
+            file=sys.stderr,
+        )
+        return 2
+    if args.no_phase_gate and args.rules == "default":
+        print(
+            "rlix simulate: --no-phase-gate needs rules with an interference matrix "
+            "(--rules matrix or time-slicing): without one the gate decides nothing",
             file=sys.stderr,
         )
         return 2
