@@ -10,6 +10,9 @@
 - The agent names each caller by its /proc/<pid>/cgroup, as the kubelet and
   containerd wrote it; the phases reach the pod annotations and the RLJob's
   status (``kubectl get rlj``).
+- Each pod reports its memory on the GPU its claim holds (the chart's agent is
+  the DRA driver by default; the CDI spec names the GPU): the two hold
+  different GPUs, and the phase gate, on by default, lets them work at once.
 - ``rlix agent suspend/resume`` run in the agent's container (kubectl exec)
   parks and restores the trainer's memory; the test reads that memory itself
   through /proc/<pid>/mem before, during and after.
@@ -213,11 +216,8 @@ def test_trainer_phases_reach_the_pod_and_the_rljob_status(dev: DevCluster, job:
         ),
         timeout_s=60,
     )
-    # The chart's agent runs the phase gate (its default), and both probes
-    # report their memory on simulated GPU 0 and declare no cycle, so the gate
-    # makes them take turns: the trainer waits at the gate (idle) while the
-    # rollout pod works, and the status that counts an iteration (the trainer
-    # left training) may read idle. Wait for a phase it works in.
+    # The status that counts an iteration (the trainer left training) may read
+    # the idle between two blocks: wait for a phase it works in.
     status = wait_for(
         "two iterations and a busy phase in the RLJob's status",
         lambda: (
@@ -239,6 +239,36 @@ def test_trainer_phases_reach_the_pod_and_the_rljob_status(dev: DevCluster, job:
     assert header[:6] == ["NAME", "STATE", "PHASE", "GPUS", "ITERATIONS", "REASON"]
     assert row[0] == JOB and row[1] == "Running"
     assert int(row[4]) >= 2
+
+
+def test_pods_on_gpus_of_their_own_work_side_by_side_through_the_gate(
+    dev: DevCluster, agent: tuple[str, str], job: str
+) -> None:
+    ns = job
+    pods = {role: get_json(dev, "pod", f"{JOB}-{role}-0", "-n", ns) for role in ("policy", "gen")}
+    uids = {role: pod["metadata"]["uid"] for role, pod in pods.items()}
+    # The operator pinned each pod's GPU in its claim (the chart's agent is the
+    # DRA driver by default); the agent's CDI spec told the container which.
+    gpus = {}
+    for role, pod in pods.items():
+        [ready] = _events(dev, ns, pod["metadata"]["name"], "ready")
+        assert ready["gpus"] == pod["metadata"]["annotations"][names.ANNOTATION_GPU_INDICES]
+        gpus[uids[role]] = int(ready["gpus"])
+    assert gpus[uids["policy"]] != gpus[uids["gen"]], f"empty GPUs first: {gpus}"
+    status = json.loads(rlix_agent(dev, agent, "status", "--json"))
+    # The agent counts each pod's memory on the GPU the pod reported it on.
+    on = {p["podUID"]: p["gpu"] for p in status["processes"] if p["podUID"] in gpus}
+    assert on == gpus, status["processes"]
+    assert status["phaseGate"] is not None, "the chart's agent runs the phase gate by default"
+
+    # The gate orders only pods that share a GPU: these two (no cycle declared,
+    # so on one GPU they would take turns) work at the same time.
+    def both_working() -> dict[str, Any] | None:
+        gate = json.loads(rlix_agent(dev, agent, "status", "--json"))["phaseGate"]
+        return gate if set(gpus) <= set(gate["working"]) else None
+
+    gate = wait_for("the trainer and the rollout pod working at once", both_working, timeout_s=60)
+    assert not set(gate["waitingS"]) & set(gpus), gate
 
 
 def _trainer_pid(dev: DevCluster, agent: tuple[str, str], ns: str, pod: str) -> int:

@@ -13,7 +13,9 @@ of the test's RLJob. It
 - prints the mapping's address once, so the test can read the bytes itself
   through /proc/<pid>/mem (the checksum it compares is its own, not ours);
 - loops rollout -> training, each phase long enough for the agent to publish it
-  and the operator to see it (an iteration ends when training ends).
+  and the operator to see it (an iteration ends when training ends);
+- reports its memory on the simulated GPU its claim holds (``RLIX_GPU_INDICES``,
+  which the agent's CDI spec sets), where NVML would find it on a real GPU.
 """
 
 import ctypes
@@ -33,6 +35,7 @@ import rlix
 SIZE = 4 << 20
 PHASE_S = 1.5
 NAME = socket.gethostname()  # the pod's hostname: <job>-<role>-<i>
+GPU = int(os.environ.get("RLIX_GPU_INDICES", "0").split(",")[0])
 
 
 def out(**kw):
@@ -77,14 +80,14 @@ parked = {}
 def offload():
     parked["weights"] = bytes(memory)
     memory[:] = bytes(SIZE)  # the "device" copy is gone while suspended
-    rlix.report_usage(gpu=0, memory_mib=0, utilization=0.0)
+    rlix.report_usage(gpu=GPU, memory_mib=0, utilization=0.0)
     out(event="offloaded")
     return {"weights": (SIZE, sha(parked["weights"]))}
 
 
 def restore():
     memory[:] = parked.pop("weights")
-    rlix.report_usage(gpu=0, memory_mib=SIZE >> 20, utilization=0.5)
+    rlix.report_usage(gpu=GPU, memory_mib=SIZE >> 20, utilization=0.5)
     out(event="restored")
     return {"weights": sha(memory[:])}
 
@@ -96,8 +99,15 @@ rlix.register_offload("weights", offload, restore)
 deadline = time.monotonic() + 30
 while not rlix.agent_connected() and time.monotonic() < deadline:
     time.sleep(0.1)  # the link connects in the background
-rlix.report_usage(gpu=0, memory_mib=SIZE >> 20, utilization=0.5)
-out(event="ready", pid=os.getpid(), address=address, size=SIZE, connected=rlix.agent_connected())
+rlix.report_usage(gpu=GPU, memory_mib=SIZE >> 20, utilization=0.5)
+out(
+    event="ready",
+    pid=os.getpid(),
+    address=address,
+    size=SIZE,
+    gpus=os.environ.get("RLIX_GPU_INDICES"),
+    connected=rlix.agent_connected(),
+)
 step = 0
 while True:
     with rlix.phase("rollout"):
