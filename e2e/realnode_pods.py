@@ -77,12 +77,14 @@ def run_until_done(
     timeout_s: float = 240,
     *,
     reasons: dict[str, list[str]] | None = None,
+    seen: dict[str, list[dict[str, str]]] | None = None,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, str]]]:
     """Run ``pods`` in a fresh namespace until each printed its "done" event:
     each one's events and annotations then. On a timeout, the error holds what
     they printed and the tail of the node agent's (namespace, pod) log.
     ``reasons``: filled with the reasons of each pod's Kubernetes events,
-    read before the namespace goes."""
+    read before the namespace goes; ``seen``: each pod's annotations as read
+    at every look while they ran."""
     ns = new_namespace(cluster)
     names_ = [p["metadata"]["name"] for p in pods]
     try:
@@ -90,6 +92,11 @@ def run_until_done(
             apply(cluster, ns, pod)
 
         def finished() -> bool:
+            if seen is not None:
+                listed = get_json(cluster, "pods", "-n", ns)["items"]
+                for item in listed:
+                    notes = item["metadata"].get("annotations") or {}
+                    seen.setdefault(item["metadata"]["name"], []).append(notes)
             return all(
                 any(e["event"] == "done" for e in json_events(cluster, ns, p)) for p in names_
             )

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from e2e.realnode_pods import advertised_gpus, agent_daemonset, probe_pod, run_until_done
-from rlix.core.names import ANNOTATION_PHASE_SECONDS
+from rlix.core.names import ANNOTATION_PHASE_SECONDS, ANNOTATION_WAITING_FOR_TURN
 from rlix.devcluster import realnode
 from rlix.devcluster.cluster import DevCluster, ExistingCluster
 
@@ -69,15 +69,19 @@ def agent(
 def _run_pair(
     dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str],
     annotations: dict[str, str],
+    seen: dict[str, list[dict[str, str]]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
-    """Two trainer pods with ``annotations`` through their window: each one's phases."""
+    """Two trainer pods with ``annotations`` through their window: each one's
+    phases (``seen``: their annotations at every look while they ran)."""
     start_at = time.time() + START_DELAY_S
     env = {"START_AT": str(start_at), "END_AT": str(start_at + WINDOW_S)}
     pods = [
         probe_pod(real_node, name, PROBE, env=env, annotations=annotations)
         for name in ("gate-a", "gate-b")
     ]
-    events, _ = run_until_done(dev, agent, pods)
+    events, last = run_until_done(dev, agent, pods, seen=seen)
+    # However they ended, no pod is left marked as waiting.
+    assert not any(ANNOTATION_WAITING_FOR_TURN in n for n in last.values()), last
     phases = {p: [e for e in got if e["event"] == "phase"] for p, got in events.items()}
     ready = {p: next(e for e in got if e["event"] == "ready") for p, got in events.items()}
     # Both were told of the gate by the agent they reached through the mounted socket.
@@ -95,13 +99,18 @@ def test_two_pods_on_one_gpu_take_turns_in_their_training_phases(
     dev: DevCluster, real_node: realnode.RealNode, agent: tuple[str, str]
 ) -> None:
     # They declare no cycle: the gate cannot tell turns from drift and gates them.
-    a, b = _run_pair(dev, real_node, agent, {})
+    seen: dict[str, list[dict[str, str]]] = {}
+    a, b = _run_pair(dev, real_node, agent, {}, seen)
     overlap = max(_overlaps(a, b))
     assert overlap <= 0, f"training phases overlap by {overlap:.3f} s: {a} {b}"
     waits = [e["entered"] - e["asked"] for e in a + b]
     # Each phase lasts 1.5 s and the pause between is 0.3 s: whoever asks while
     # the other trains waits for most of a phase.
     assert max(waits) > 0.5, waits
+    # While one waited, its pod said so (the API server's copy, read as they ran).
+    marks = {n.get(ANNOTATION_WAITING_FOR_TURN) for looks in seen.values() for n in looks}
+    looks = sum(len(v) for v in seen.values())
+    assert "training" in marks, f"none of {looks} looks saw a pod waiting"
 
 
 def test_two_pods_whose_declared_cycles_never_idle_co_run(

@@ -37,6 +37,7 @@ from rlix.core.names import (
     ANNOTATION_NODE_GPUS,
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_SINCE,
+    ANNOTATION_WAITING_FOR_TURN,
 )
 from rlix.core.phases import Phase
 
@@ -76,6 +77,8 @@ class AgentServer:
         self._mode = socket_mode
         # pod uid -> (phase, since, times it left training)
         self._phases: dict[str, tuple[Phase, str, int]] = {}
+        # pod uid -> its processes waiting at the gate -> the phase each asked for
+        self._waiting: dict[str, dict[Connection, Phase]] = {}
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
@@ -165,6 +168,7 @@ class AgentServer:
                 self.preemption.detach(conn)
                 if self.gate is not None:
                     self.gate.leave(conn)
+                    self._done_waiting(caller.pod, conn)
 
     def _handle(self, conn: Connection, req: proto.Request) -> bytes | None:
         pod = conn.caller.pod
@@ -300,16 +304,44 @@ class AgentServer:
         assert pod is not None and self.gate is not None
 
         def go(waited_s: float, expired: bool) -> None:
+            self._done_waiting(pod, conn)
             since = self._set_phase(pod.uid, pod, phase)
             reply = proto.encode_reply(
                 msg_id, since=since, waited_s=round(waited_s, 3), expired=expired
             )
             conn.send_if_open(reply)
 
+        # Counted before the gate may call ``go`` (from another thread).
+        self._start_waiting(pod, conn, phase)
         if not self.gate.enter(pod.uid, conn, phase, go, safe_points=safe_points, loading=loading):
             return None
+        self._done_waiting(pod, conn)
         since = self._set_phase(pod.uid, pod, phase)
         return proto.encode_reply(msg_id, since=since, waited_s=0.0, expired=False)
+
+    def _start_waiting(self, pod: Any, conn: Connection, phase: Phase) -> None:
+        """A process of ``pod`` asks the gate for ``phase``: said on the pod
+        (``rlix.io/waiting-for-turn``) while it waits. One that goes in at once
+        says nothing: the publisher gathers the mark and its removal into one
+        patch, or leaves both out."""
+        with self._lock:
+            self._waiting.setdefault(pod.uid, {})[conn] = phase
+        if pod.namespace:
+            self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_WAITING_FOR_TURN: phase.value})
+
+    def _done_waiting(self, pod: Any, conn: Connection) -> None:
+        """``conn`` no longer waits (it went in, its bound came, it left): the
+        mark goes once none of the pod's processes waits, or names another's phase."""
+        with self._lock:
+            waiting = self._waiting.get(pod.uid)
+            if waiting is None or waiting.pop(conn, None) is None:
+                return
+            left = next(iter(waiting.values()), None)
+            if left is None:
+                del self._waiting[pod.uid]
+        if pod.namespace:
+            value = None if left is None else left.value
+            self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_WAITING_FOR_TURN: value})
 
     def _set_phase(self, uid: str, pod: Any, phase: Phase) -> str:
         with self._lock:
@@ -321,9 +353,16 @@ class AgentServer:
             if previous is not None and previous[0] is Phase.TRAINING:
                 left_training += 1
             self._phases[uid] = (phase, since, left_training)
+            # A mark a restarted agent's predecessor left goes with the next phase.
+            waits = uid in self._waiting
         self.metrics.phases.enter(uid, pod.namespace, pod.name, phase)
         if pod.namespace:
-            notes = {ANNOTATION_PHASE: phase.value, ANNOTATION_PHASE_SINCE: since}
+            notes: dict[str, str | None] = {
+                ANNOTATION_PHASE: phase.value,
+                ANNOTATION_PHASE_SINCE: since,
+            }
+            if not waits:
+                notes[ANNOTATION_WAITING_FOR_TURN] = None
             if left_training:
                 # Cumulative, so a publication that merges phases keeps the count.
                 notes[ANNOTATION_ITERATIONS] = str(left_training)

@@ -10,6 +10,7 @@ from typing import Any
 from rlix.cli import output, scope
 from rlix.core import names
 from rlix.core.objects import read_rljob
+from rlix.core.phases import Phase
 from rlix.views import rows as views
 
 DESCRIPTION = """\
@@ -137,7 +138,7 @@ def format_rljob(
                 w.name.split("/", 1)[1],
                 w.node or "<pending>",
                 str((obj.get("status") or {}).get("phase", "")),
-                w.phase.value if w.phase else "-",
+                _phase_cell(w.phase, _waiting_for_turn(ann)),
                 str(ann.get(names.ANNOTATION_PHASE_SINCE, "-"))[:40],
                 "yes" if w.suspended else "no",
             ]
@@ -159,6 +160,25 @@ def format_rljob(
     return "\n".join(out) + "\n"
 
 
+def _waiting_for_turn(notes: Mapping[str, Any]) -> Phase | None:
+    """The phase the pod waits at its node's phase gate to enter (None: it does
+    not wait, or the annotation is not a phase)."""
+    raw = notes.get(names.ANNOTATION_WAITING_FOR_TURN)
+    return Phase.parse(raw) if isinstance(raw, str) else None
+
+
+def _waiting_value(pod: Mapping[str, Any]) -> str | None:
+    waiting = _waiting_for_turn(pod.get("metadata", {}).get("annotations") or {})
+    return waiting.value if waiting else None
+
+
+def _phase_cell(phase: Phase | None, waiting: Phase | None) -> str:
+    """The pod's phase, and the one it waits its turn for: under the phase gate a
+    trainer reads idle while it waits for a GPU it shares, not because it rests."""
+    shown = phase.value if phase else "-"
+    return f"{shown} (waits its turn for {waiting.value})" if waiting else shown
+
+
 def describe_data(
     job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -172,6 +192,7 @@ def describe_data(
                 "node": w.node,
                 "status": (obj.get("status") or {}).get("phase"),
                 "phase": w.phase.value if w.phase else None,
+                "waitingForTurn": _waiting_value(obj),
                 "suspended": w.suspended,
             }
         )

@@ -24,6 +24,9 @@ ANNOTATION_PHASE_SINCE: Final = f"{GROUP}/phase-since"
 # counted (from the agent's start): a job's iterations survive a phase that
 # came and went between two publications or two reconciles.
 ANNOTATION_ITERATIONS: Final = f"{GROUP}/iterations"
+# The phase a process of the pod waits at its node's phase gate to enter (its
+# turn on a GPU it shares); absent while none of its processes waits.
+ANNOTATION_WAITING_FOR_TURN: Final = f"{GROUP}/waiting-for-turn"
 
 SCHEDULER_NAME: Final = "rlix-scheduler"
 

@@ -25,7 +25,7 @@ import pytest
 from rlix.agent.main import main
 from rlix.cli.main import main as rlix_main
 from rlix.core import agent_protocol as proto
-from rlix.core.names import ANNOTATION_PHASE
+from rlix.core.names import ANNOTATION_PHASE, ANNOTATION_WAITING_FOR_TURN
 from rlix.core.phases import Phase
 from rlix.devcluster.processes import free_ports
 from tests.components.pod_processes import wait_connected
@@ -152,6 +152,19 @@ def _gate(agent: AgentProcess) -> dict[str, object]:
     return doc
 
 
+def _published_when(
+    agent: AgentProcess, uid: str, ready: Callable[[dict[str, str]], bool]
+) -> dict[str, str]:
+    """The pod's published annotations once ``ready`` holds of them (the
+    publisher gathers for a moment before it writes)."""
+    deadline = time.monotonic() + 10
+    while True:
+        notes = agent.published().get(("pod", PODS[uid]), {})
+        if ready(notes) or time.monotonic() > deadline:
+            return notes
+        time.sleep(0.05)
+
+
 def _b_waits_for_a(
     agent: AgentProcess, trainers: list[Trainer], a_phase: str, b_phase: str, quiet_s: float
 ) -> tuple[Trainer, Trainer]:
@@ -174,8 +187,13 @@ def test_a_busy_phase_waits_for_its_gpu_neighbour_to_leave_its_own(
     gate = _gate(agent)
     assert gate["working"] == {UID_A: ["compute"]}
     assert list(gate["waitingS"]) == [UID_B]  # type: ignore[call-overload]
-    # Its phase is published when it goes in, not while it waits.
-    assert agent.published().get(("pod", PODS[UID_B]), {}).get(ANNOTATION_PHASE) is None
+    # Its phase is published when it goes in, not while it waits; the pod says
+    # what it waits for.
+    waiting = agent.published().get(("pod", PODS[UID_B]), {})
+    assert waiting.get(ANNOTATION_PHASE) is None
+    assert waiting.get(ANNOTATION_WAITING_FOR_TURN) == "rollout"
+    # a went in at once: no mark is left on it.
+    assert ANNOTATION_WAITING_FOR_TURN not in agent.published()[("pod", PODS[UID_A])]
     capsys.readouterr()
     assert rlix_main(["agent", f"--socket={agent.socket}", "status"]) == 0
     shown = capsys.readouterr().out
@@ -186,6 +204,8 @@ def test_a_busy_phase_waits_for_its_gpu_neighbour_to_leave_its_own(
     assert a.next() == "out"
     assert b.next() == "in rollout"
     assert _gate(agent)["working"] == {UID_B: ["memory"]}
+    notes = _published_when(agent, UID_B, lambda n: n.get(ANNOTATION_PHASE) == "rollout")
+    assert ANNOTATION_WAITING_FOR_TURN not in notes  # the mark went with the phase
     metrics = agent.metrics()
     assert 'rlix_agent_phase_gate_wait_seconds_count{node="node-a",outcome="turn"} 1.0' in metrics
 
@@ -218,6 +238,17 @@ def test_a_neighbour_that_exits_frees_the_gpu(agent: AgentProcess, trainers: lis
     a, b = _b_waits_for_a(agent, trainers, "rollout", "rollout", 0.5)
     a.close()
     assert b.next() == "in rollout"
+
+
+def test_a_process_that_leaves_while_it_waits_takes_its_mark_with_it(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    _, b = _b_waits_for_a(agent, trainers, "training", "training", 0.5)
+    notes = _published_when(agent, UID_B, lambda n: ANNOTATION_WAITING_FOR_TURN in n)
+    assert notes.get(ANNOTATION_WAITING_FOR_TURN) == "training"
+    b.close()
+    notes = _published_when(agent, UID_B, lambda n: ANNOTATION_WAITING_FOR_TURN not in n)
+    assert ANNOTATION_WAITING_FOR_TURN not in notes, notes
 
 
 def test_a_process_waiting_at_the_gate_can_be_suspended_and_resumed(

@@ -150,7 +150,7 @@ def test_describe_data_carries_the_object_pods_and_events() -> None:
     assert data["rljob"] == job
     assert data["pods"] == [
         {"name": "grpo-policy-0", "node": "n0", "status": "Running", "phase": "rollout",
-         "suspended": False}
+         "waitingForTurn": None, "suspended": False}
     ]  # fmt: skip
     assert data["events"][0]["reason"] == "Admitted"
     assert yaml.safe_load(yaml.safe_dump(data)) == data

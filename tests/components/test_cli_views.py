@@ -178,6 +178,18 @@ def test_describe_prints_roles_conditions_pods() -> None:
     assert line.split()[-1] == "yes"
 
 
+def test_describe_says_which_pod_waits_its_turn_at_the_phase_gate() -> None:
+    waits, garbled = pod("a-policy-0", "a", phase="idle"), pod("a-rollout-0", "a", phase="idle")
+    waits["metadata"]["annotations"][names.ANNOTATION_WAITING_FOR_TURN] = "training"
+    garbled["metadata"]["annotations"][names.ANNOTATION_WAITING_FOR_TURN] = "{not a phase"
+    text = describe.format_rljob(rljob("a", "Running"), [waits, garbled], [])
+    lines = {x.split()[0]: x for x in text.splitlines() if x.strip().startswith("a-")}
+    assert "idle (waits its turn for training)" in lines["a-policy-0"]
+    assert "waits" not in lines["a-rollout-0"]  # not a phase: as if absent
+    data = describe.describe_data(rljob("a", "Running"), [waits, garbled], [])
+    assert [p["waitingForTurn"] for p in data["pods"]] == ["training", None]
+
+
 def lent(body: dict[str, Any], *, generation: int, done: bool, back: bool = False) -> None:
     """Give a pod the conductor protocol's annotations: asked to park (or back)."""
     want = State.RUNNING if back else State.SUSPENDED
