@@ -313,7 +313,14 @@ class AgentServer:
 
         # Counted before the gate may call ``go`` (from another thread).
         self._start_waiting(pod, conn, phase)
-        if not self.gate.enter(pod.uid, conn, phase, go, safe_points=safe_points, loading=loading):
+        try:
+            goes = self.gate.enter(
+                pod.uid, conn, phase, go, safe_points=safe_points, loading=loading
+            )
+        except BaseException:
+            self._done_waiting(pod, conn)
+            raise
+        if not goes:
             return None
         self._done_waiting(pod, conn)
         since = self._set_phase(pod.uid, pod, phase)
@@ -321,9 +328,9 @@ class AgentServer:
 
     def _start_waiting(self, pod: Any, conn: Connection, phase: Phase) -> None:
         """A process of ``pod`` asks the gate for ``phase``: said on the pod
-        (``rlix.io/waiting-for-turn``) while it waits. One that goes in at once
-        says nothing: the publisher gathers the mark and its removal into one
-        patch, or leaves both out."""
+        (``rlix.io/waiting-for-turn``) while it waits. For one that goes in at
+        once the publisher gathers the mark and its removal into the phase's
+        patch (unless a publication falls between the two)."""
         with self._lock:
             self._waiting.setdefault(pod.uid, {})[conn] = phase
         if pod.namespace:
