@@ -339,6 +339,22 @@ def test_a_restarted_agent_follows_a_process_that_reconnects_mid_phase(
     _b_trains_once_a_is_out(agent, trainers, a)
 
 
+def test_a_mark_a_killed_agent_left_goes_with_the_pods_next_phase(
+    agent: AgentProcess, trainers: list[Trainer]
+) -> None:
+    """b waits at the gate when the agent is killed: its mark stays on the pod
+    until the new agent publishes b's next phase, which removes it."""
+    _, b = _b_waits_for_a(agent, trainers, "training", "training", 0.5)
+    notes = _published_when(agent, UID_B, lambda n: ANNOTATION_WAITING_FOR_TURN in n)
+    assert notes.get(ANNOTATION_WAITING_FOR_TURN) == "training"
+    agent.kill(signal.SIGKILL)
+    agent.start()
+    wait_connected(agent, b.proc.pid, uid=UID_B)
+    notes = _published_when(agent, UID_B, lambda n: ANNOTATION_WAITING_FOR_TURN not in n)
+    assert ANNOTATION_WAITING_FOR_TURN not in notes, notes
+    assert notes.get(ANNOTATION_PHASE) == "training", notes
+
+
 # A process that, once the test has put it in a pod, sends each line of its
 # input to the agent on one connection and prints each reply.
 _LINES = r"""
