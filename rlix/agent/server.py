@@ -333,8 +333,7 @@ class AgentServer:
         patch (unless a publication falls between the two)."""
         with self._lock:
             self._waiting.setdefault(pod.uid, {})[conn] = phase
-        if pod.namespace:
-            self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_WAITING_FOR_TURN: phase.value})
+            self._publish_pod(pod, {ANNOTATION_WAITING_FOR_TURN: phase.value})
 
     def _done_waiting(self, pod: Any, conn: Connection) -> None:
         """``conn`` no longer waits (it went in, its bound came, it left): the
@@ -346,9 +345,14 @@ class AgentServer:
             left = next(iter(waiting.values()), None)
             if left is None:
                 del self._waiting[pod.uid]
+            self._publish_pod(pod, {ANNOTATION_WAITING_FOR_TURN: left.value if left else None})
+
+    def _publish_pod(self, pod: Any, notes: dict[str, str | None]) -> None:
+        """Submit under ``_lock``: two threads of one pod (its processes, the
+        gate's) submit in the order they decided, so an older mark or phase is
+        never published after a newer one."""
         if pod.namespace:
-            value = None if left is None else left.value
-            self._publisher.pod(pod.namespace, pod.name, {ANNOTATION_WAITING_FOR_TURN: value})
+            self._publisher.pod(pod.namespace, pod.name, notes)
 
     def _set_phase(self, uid: str, pod: Any, phase: Phase) -> str:
         with self._lock:
@@ -360,20 +364,19 @@ class AgentServer:
             if previous is not None and previous[0] is Phase.TRAINING:
                 left_training += 1
             self._phases[uid] = (phase, since, left_training)
-            # A mark a restarted agent's predecessor left goes with the next phase.
-            waits = uid in self._waiting
-        self.metrics.phases.enter(uid, pod.namespace, pod.name, phase)
-        if pod.namespace:
             notes: dict[str, str | None] = {
                 ANNOTATION_PHASE: phase.value,
                 ANNOTATION_PHASE_SINCE: since,
             }
-            if not waits:
+            if uid not in self._waiting:
+                # No process of it waits: a mark a restarted agent's predecessor
+                # left goes with this phase.
                 notes[ANNOTATION_WAITING_FOR_TURN] = None
             if left_training:
                 # Cumulative, so a publication that merges phases keeps the count.
                 notes[ANNOTATION_ITERATIONS] = str(left_training)
-            self._publisher.pod(pod.namespace, pod.name, notes)
+            self._publish_pod(pod, notes)
+        self.metrics.phases.enter(uid, pod.namespace, pod.name, phase)
         return since
 
     def _control_op(self, req: proto.Request) -> bytes:
