@@ -130,6 +130,13 @@ class AgentMetrics:
             buckets=(*SUSPEND_BUCKETS, 600, 1800),
             registry=self.registry,
         )
+        self.phase_gate_waiting = Gauge(
+            "rlix_agent_phase_gate_waiting",
+            "Processes waiting at the phase gate now (each pod of them carries "
+            "rlix.io/waiting-for-turn)",
+            ["node"],
+            registry=self.registry,
+        )
         self.resume_seconds = Histogram(
             "rlix_agent_resume_seconds",
             "Time to resume a pod (memory back and checked), by reason",

@@ -333,6 +333,7 @@ class AgentServer:
         patch (unless a publication falls between the two)."""
         with self._lock:
             self._waiting.setdefault(pod.uid, {})[conn] = phase
+            self._count_waiting()
             self._publish_pod(pod, {ANNOTATION_WAITING_FOR_TURN: phase.value})
 
     def _done_waiting(self, pod: Any, conn: Connection) -> None:
@@ -345,7 +346,12 @@ class AgentServer:
             left = next(iter(waiting.values()), None)
             if left is None:
                 del self._waiting[pod.uid]
+            self._count_waiting()
             self._publish_pod(pod, {ANNOTATION_WAITING_FOR_TURN: left.value if left else None})
+
+    def _count_waiting(self) -> None:
+        waiting = sum(len(w) for w in self._waiting.values())
+        self.metrics.phase_gate_waiting.labels(self._node).set(waiting)
 
     def _publish_pod(self, pod: Any, notes: dict[str, str | None]) -> None:
         """Submit under ``_lock``: two threads of one pod (its processes, the

@@ -194,6 +194,7 @@ def test_a_busy_phase_waits_for_its_gpu_neighbour_to_leave_its_own(
     assert waiting.get(ANNOTATION_WAITING_FOR_TURN) == "rollout"
     # a went in at once: no mark is left on it.
     assert ANNOTATION_WAITING_FOR_TURN not in agent.published()[("pod", PODS[UID_A])]
+    assert 'rlix_agent_phase_gate_waiting{node="node-a"} 1.0' in agent.metrics()
     capsys.readouterr()
     assert rlix_main(["agent", f"--socket={agent.socket}", "status"]) == 0
     shown = capsys.readouterr().out
@@ -208,6 +209,7 @@ def test_a_busy_phase_waits_for_its_gpu_neighbour_to_leave_its_own(
     assert ANNOTATION_WAITING_FOR_TURN not in notes  # the mark went with the phase
     metrics = agent.metrics()
     assert 'rlix_agent_phase_gate_wait_seconds_count{node="node-a",outcome="turn"} 1.0' in metrics
+    assert 'rlix_agent_phase_gate_waiting{node="node-a"} 0.0' in metrics
 
 
 def test_pods_on_other_gpus_and_copies_beside_kernels_go_in_at_once(
