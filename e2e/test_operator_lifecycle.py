@@ -144,6 +144,19 @@ def test_pod_phase_annotations_are_aggregated_into_status(
     by_role = {r["name"]: r for r in final["roles"]}
     assert by_role["policy"]["phase"] == "weight-sync"
     assert "phase" not in by_role["rollout"]  # its pod never reported one
+    assert by_role["policy"]["waiting"] == 0
+
+    # The node agent marks a pod that waits its turn at its phase gate: the
+    # role counts it (stored by the API server, so the CRD's schema has it).
+    def waiting() -> int:
+        roles = status(cluster, namespace, job.name).get("roles") or []
+        return int(next(r for r in roles if r["name"] == "policy").get("waiting", -1))
+
+    mark = names.ANNOTATION_WAITING_FOR_TURN
+    cluster.kubectl("annotate", "pod", trainer, "-n", namespace, "--overwrite", f"{mark}=training")
+    wait_for("the policy role counting one pod waiting", lambda: waiting() == 1, timeout_s=15)
+    cluster.kubectl("annotate", "pod", trainer, "-n", namespace, f"{mark}-")
+    wait_for("the policy role counting none waiting", lambda: waiting() == 0, timeout_s=15)
 
 
 def test_a_trainer_seen_finished_before_its_last_phases_keeps_its_last_iteration(

@@ -92,6 +92,7 @@ def format_rljob(
             "BOUND",
             "READY",
             "RESTARTS",
+            "WAITING TURN",
         ]
     ]
     for role in spec.get("roles", []):
@@ -109,6 +110,7 @@ def format_rljob(
                 str(st.get("bound", 0)),
                 str(st.get("ready", 0)),
                 str(st.get("restarts", 0)),
+                str(st.get("waiting", 0)),
             ]
         )
     out += _table(rows)

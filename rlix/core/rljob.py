@@ -506,6 +506,12 @@ class RoleStatus(_Model):
     bound: int = Field(default=0, ge=0, description="Pods placed on a node.")
     ready: int = Field(default=0, ge=0)
     restarts: int = Field(default=0, ge=0)
+    waiting: int = Field(
+        default=0,
+        ge=0,
+        description="Pods of the role waiting their turn at their node's phase gate "
+        "(rlix.io/waiting-for-turn): a GPU they share is busy with a partner's phase.",
+    )
 
 
 class RLJobStatus(_Model):

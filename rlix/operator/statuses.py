@@ -52,6 +52,8 @@ class PodView:
     phase_since: datetime | None
     # Times its process left training, as its node agent counted (None: not said).
     iterations: int | None = None
+    # A process of it waits its turn at its node's phase gate (rlix.io/waiting-for-turn).
+    waiting: bool = False
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> PodView:
@@ -71,6 +73,7 @@ class PodView:
             phase=Phase.parse(notes.get(names.ANNOTATION_PHASE)),
             phase_since=parse_time(notes.get(names.ANNOTATION_PHASE_SINCE)),
             iterations=_count(notes.get(names.ANNOTATION_ITERATIONS)),
+            waiting=Phase.parse(notes.get(names.ANNOTATION_WAITING_FOR_TURN)) is not None,
         )
 
 
@@ -110,6 +113,7 @@ def observe(
                 bound=sum(1 for p in mine if p.node),
                 ready=sum(1 for p in mine if p.ready),
                 restarts=old.restarts if old else 0,
+                waiting=sum(1 for p in mine if p.waiting),
             )
         )
     trainers = _trainer_pods(spec, pods)

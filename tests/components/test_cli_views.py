@@ -182,8 +182,13 @@ def test_describe_says_which_pod_waits_its_turn_at_the_phase_gate() -> None:
     waits, garbled = pod("a-policy-0", "a", phase="idle"), pod("a-rollout-0", "a", phase="idle")
     waits["metadata"]["annotations"][names.ANNOTATION_WAITING_FOR_TURN] = "training"
     garbled["metadata"]["annotations"][names.ANNOTATION_WAITING_FOR_TURN] = "{not a phase"
-    text = describe.format_rljob(rljob("a", "Running"), [waits, garbled], [])
-    lines = {x.split()[0]: x for x in text.splitlines() if x.strip().startswith("a-")}
+    job = rljob("a", "Running")
+    job["status"]["roles"][0]["waiting"] = 1  # the operator's count of the policy role
+    text = describe.format_rljob(job, [waits, garbled], [])
+    lines = {x.split()[0]: x for x in text.splitlines() if x.strip()}
+    roles_header = next(x for x in text.splitlines() if x.split()[:2] == ["NAME", "KIND"])
+    assert roles_header.split()[-2:] == ["WAITING", "TURN"]
+    assert lines["policy"].split()[-1] == "1" and lines["rollout"].split()[-1] == "0"
     assert "idle (waits its turn for training)" in lines["a-policy-0"]
     assert "waits" not in lines["a-rollout-0"]  # not a phase: as if absent
     data = describe.describe_data(rljob("a", "Running"), [waits, garbled], [])

@@ -137,6 +137,26 @@ def test_roles_report_bound_ready_and_their_own_phase() -> None:
     assert running_state(2, pods) is JobState.RUNNING
 
 
+def test_roles_count_their_pods_waiting_their_turn_at_the_gate() -> None:
+    def view(name: str, role: str, mark: str | None) -> PodView:
+        notes = {"rlix.io/phase": "idle"}
+        if mark is not None:
+            notes["rlix.io/waiting-for-turn"] = mark
+        labels = {"rlix.io/role": role}
+        body = {"metadata": {"name": name, "labels": labels, "annotations": notes}}
+        return PodView.of({**body, "spec": {"nodeName": "n0"}, "status": {"phase": "Running"}})
+
+    pods = [
+        view("p", "policy", "training"),
+        view("r0", "rollout", "rollout"),
+        view("r1", "rollout", None),
+        view("r2", "rollout", "not a phase"),  # garbage: as if absent
+    ]
+    status = observe(RLJobStatus(), SPEC, pods, T0)
+    assert {r.name: r.waiting for r in status.roles} == {"policy": 1, "rollout": 1}
+    assert status_body(status)["roles"][0]["waiting"] == 1
+
+
 def test_condition_keeps_its_transition_time_until_status_flips() -> None:
     s = with_condition(
         RLJobStatus(), "Admitted", ConditionStatus.FALSE, "Wait", "a", now=T0, generation=1
