@@ -207,29 +207,26 @@ def run_mix(args: argparse.Namespace) -> tuple[list[Any], Any, list[dict[str, fl
     return results, bound(results[0], first), speeds
 
 
+def _refusal(args: argparse.Namespace) -> str | None:
+    """Why these flags cannot run together (None: they can)."""
+    matrix = "rules with an interference matrix (--rules matrix or time-slicing)"
+    if args.park_at_gate and args.rules == "default":
+        return f"--park-at-gate needs {matrix}: without one no pair takes turns"
+    if args.no_phase_gate and args.park_at_gate:
+        return (
+            "--no-phase-gate and --park-at-gate contradict each other: parking happens at the gate"
+        )
+    if args.no_phase_gate and args.rules == "default":
+        return f"--no-phase-gate needs {matrix}: without one the gate decides nothing"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from rlix.core.sim.report import table
 
-    if args.park_at_gate and args.rules == "default":
-        print(
-            "rlix simulate: --park-at-gate needs rules with an interference matrix "
-            "(--rules matrix or time-slicing): without one no pair takes turns",
-            file=sys.stderr,
-        )
-        return 2
-    if args.no_phase_gate and args.park_at_gate:
-        print(
-            "rlix simulate: --no-phase-gate and --park-at-gate contradict each other: "
-            "parking happens at the gate",
-            file=sys.stderr,
-        )
-        return 2
-    if args.no_phase_gate and args.rules == "default":
-        print(
-            "rlix simulate: --no-phase-gate needs rules with an interference matrix "
-            "(--rules matrix or time-slicing): without one the gate decides nothing",
-            file=sys.stderr,
-        )
+    refused = _refusal(args)
+    if refused is not None:
+        print(f"rlix simulate: {refused}", file=sys.stderr)
         return 2
     results, ideal, speeds = run_mix(args)
     print(f"mix {args.mix} (seed {args.seed}): {results[0].jobs} jobs on {results[0].gpus} GPUs")
