@@ -155,8 +155,22 @@ def test_pod_phase_annotations_are_aggregated_into_status(
     mark = names.ANNOTATION_WAITING_FOR_TURN
     cluster.kubectl("annotate", "pod", trainer, "-n", namespace, "--overwrite", f"{mark}=training")
     wait_for("the policy role counting one pod waiting", lambda: waiting() == 1, timeout_s=15)
+    assert status(cluster, namespace, job.name)["waitingForTurn"] == 1
+    # The API server prints the job's sum as a wide column (the CRD's printer column).
+    assert _wide_column(cluster, namespace, job.name, "WAITING") == "1"
     cluster.kubectl("annotate", "pod", trainer, "-n", namespace, f"{mark}-")
     wait_for("the policy role counting none waiting", lambda: waiting() == 0, timeout_s=15)
+    assert status(cluster, namespace, job.name)["waitingForTurn"] == 0
+    assert _wide_column(cluster, namespace, job.name, "WAITING") == "0"
+
+
+def _wide_column(cluster: Any, namespace: str, name: str, column: str) -> str:
+    """One cell of ``kubectl get rlj NAME -o wide`` (the server-side table)."""
+    header, row = cluster.kubectl(
+        "get", "rlj", name, "-n", namespace, "-o", "wide"
+    ).stdout.splitlines()
+    start = header.index(f" {column} ") + 1  # kubectl left-aligns a cell under its header
+    return row[start:].split()[0]
 
 
 def test_a_trainer_seen_finished_before_its_last_phases_keeps_its_last_iteration(

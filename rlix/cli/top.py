@@ -19,6 +19,10 @@ how its GPUs are handed out: "shared" (RLix's gpu.rlix.io DRA devices, pods
 share a GPU by memory) or "whole" (nvidia.com/gpu, one pod per GPU). The
 header sums it up: GPU idle %, jobs per state, memory parked off the GPUs.
 
+A role whose pods wait their turn at their node's phase gate (a GPU they
+share is busy with a partner's phase) reads "trainer:idle (1 waiting)"; -o
+json gives the job's count as "waiting".
+
 The SUSPENSION column is the job's Suspended condition (why its pods are
 parked, or why a suspension was refused); the Suspensions table lists, per
 job, the pods the conductor parked in place: parking / parked / resuming,

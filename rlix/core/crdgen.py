@@ -104,6 +104,13 @@ def _printer_columns() -> list[JSON]:
         {"name": "Iterations", "type": "integer", "jsonPath": ".status.iterations"},
         {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
         {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority", "priority": 1},
+        # Why a trainer reads idle while its partner works: its pods wait at the gate.
+        {
+            "name": "Waiting",
+            "type": "integer",
+            "jsonPath": ".status.waitingForTurn",
+            "priority": 1,
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

@@ -532,6 +532,12 @@ class RLJobStatus(_Model):
     iterations: int = Field(default=0, ge=0)
     admitted_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     restarts: int = Field(default=0, ge=0)
+    waiting_for_turn: int = Field(
+        default=0,
+        ge=0,
+        description="Pods of the job waiting their turn at their node's phase gate, every "
+        "role's waiting summed; the printer column Waiting (kubectl get -o wide).",
+    )
     phase_seconds: dict[str, float] = Field(
         default_factory=dict, description="Seconds spent in each phase so far."
     )

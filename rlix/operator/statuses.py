@@ -118,7 +118,11 @@ def observe(
         )
     trainers = _trainer_pods(spec, pods)
     phase = role_phase(trainers)
-    update: dict[str, Any] = {"roles": roles, "gpus": spec.gpus}
+    update: dict[str, Any] = {
+        "roles": roles,
+        "gpus": spec.gpus,
+        "waiting_for_turn": sum(r.waiting for r in roles),
+    }
     if phase is not None and phase != previous.phase:
         stamps = [p.phase_since for p in trainers if p.phase == phase and p.phase_since]
         since = max(stamps, default=now)

@@ -106,6 +106,21 @@ class JobRow:
     # The Suspended condition's reason: why pods are parked ("Lend"), or why a
     # suspension was refused ("refused: AgentDown"); "-" when neither.
     suspension: str = "-"
+    # Pods waiting their turn at their node's phase gate (every role's
+    # ``status.roles[].waiting``): why a role reads idle while a partner works.
+    waiting: int = 0
+
+
+def _role_cell(role: Mapping[str, Any]) -> str:
+    """``name:phase``, and how many of its pods wait their turn at the gate."""
+    cell = f"{role.get('name')}:{role.get('phase') or '-'}"
+    waiting = _count(role.get("waiting"))
+    return f"{cell} ({waiting} waiting)" if waiting else cell
+
+
+def _count(value: object) -> int:
+    """A count the operator wrote (0 for anything else: a view never fails on it)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _suspension_condition(status: Mapping[str, Any]) -> str:
@@ -129,11 +144,8 @@ def job_rows(rljobs: Iterable[Obj], pods: Iterable[Obj], now: datetime) -> list[
     for rljob, facts in ((j, read) for j in rljobs if (read := _try(read_rljob)(j)) is not None):
         meta, status = rljob.get("metadata", {}), rljob.get("status") or {}
         job_pods = by_job.get(f"{facts.namespace}/{facts.name}", [])
-        roles = ", ".join(
-            f"{r.get('name')}:{r.get('phase') or '-'}"
-            for r in status.get("roles") or []
-            if isinstance(r, Mapping)
-        )
+        role_list = [r for r in status.get("roles") or [] if isinstance(r, Mapping)]
+        roles = ", ".join(_role_cell(r) for r in role_list)
         suspended = [p for p in job_pods if p.workload.suspended]
         rows.append(
             JobRow(
@@ -148,6 +160,7 @@ def job_rows(rljobs: Iterable[Obj], pods: Iterable[Obj], now: datetime) -> list[
                 parked_mib=sum(_parked(p) for p in suspended),
                 age=age(meta.get("creationTimestamp"), now),
                 suspension=_suspension_condition(status),
+                waiting=sum(_count(r.get("waiting")) for r in role_list),
             )
         )
     return sorted(rows, key=lambda r: (r.namespace, r.name))

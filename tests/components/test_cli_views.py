@@ -142,6 +142,15 @@ def test_job_rows_join_pods_and_count_parked_memory() -> None:
     assert a.age == "1m"
 
 
+def test_job_rows_say_which_roles_wait_their_turn_at_the_gate() -> None:
+    job = rljob("a", "Running")
+    job["status"]["roles"][0]["waiting"] = 1  # the operator's count (status.roles[].waiting)
+    job["status"]["roles"][1]["waiting"] = "2"  # not a count: a view never fails on it
+    (row,) = views.job_rows([job], [], NOW)
+    assert row.roles == "policy:training (1 waiting), rollout:rollout"
+    assert row.waiting == 1
+
+
 def test_garbage_annotations_do_not_break_top() -> None:
     bad = pod("x", "a", suspended=True)
     bad["metadata"]["annotations"][names.ANNOTATION_GPU_MEMORY_MIB] = "{not json"

@@ -155,6 +155,11 @@ def test_roles_count_their_pods_waiting_their_turn_at_the_gate() -> None:
     status = observe(RLJobStatus(), SPEC, pods, T0)
     assert {r.name: r.waiting for r in status.roles} == {"policy": 1, "rollout": 1}
     assert status_body(status)["roles"][0]["waiting"] == 1
+    # The job's sum feeds the Waiting printer column (kubectl get -o wide) ...
+    assert status_body(status)["waitingForTurn"] == 2
+    # ... and is written as 0 once nobody waits (a merge patch must clear it).
+    calm = observe(status, SPEC, [view("p", "policy", None)], T0)
+    assert status_body(calm)["waitingForTurn"] == 0
 
 
 def test_condition_keeps_its_transition_time_until_status_flips() -> None:

@@ -104,6 +104,11 @@ def test_crd_uses_the_shared_names() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns[:3] == ["State", "Phase", "GPUs"] and columns[-1] == "Age"
     assert "Reason" in columns  # why the job is Queued / Failed, without `describe`
+    # -o wide only: pods waiting their turn at the phase gate (why a trainer reads idle).
+    (waiting,) = [c for c in version["additionalPrinterColumns"] if c["name"] == "Waiting"]
+    assert waiting["jsonPath"] == ".status.waitingForTurn" and waiting["priority"] == 1
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["waitingForTurn"]["type"] == "integer"
 
 
 # The only nodes that keep unknown fields: a role's pod template spec and its
