@@ -15,6 +15,13 @@ Descriptors handed in by a pod are untrusted: each must be a sealed memfd
 (``F_SEAL_SHRINK|F_SEAL_GROW``) of exactly the announced size, so the pod
 cannot truncate it under the agent's mapping (which would kill the agent with
 SIGBUS) and cannot pass a pipe, a socket or a file on a slow filesystem.
+
+How much a pod may make the agent hold is bounded too (``ExportRoom``): the
+size is the pod's to announce, and the park file is host memory charged to the
+agent, so an unbounded export (a sparse memfd costs its sender nothing) could
+take the node's RAM. What is parked is device memory, so one suspend's exports
+may hold no more than the pod held on its GPUs when asked (NVML per process),
+or, where that could not be read, than this node's GPUs have at all.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import mmap
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from rlix.core.digests import HOST_ALGORITHM, host_digest
@@ -37,6 +44,39 @@ REQUIRED_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 class ExportError(ValueError):
     """A descriptor a pod handed in is not an acceptable export."""
+
+
+class ExportRoom:
+    """What one suspend's exports may still make the agent hold (``export_room``)."""
+
+    def __init__(self, nbytes: int, bound: str) -> None:
+        self.left = nbytes
+        self.bound = bound  # the bound in words, for a refusal
+
+    def take(self, nbytes: int) -> None:
+        """Count an export against the room, or refuse it before anything is allocated."""
+        if nbytes > self.left:
+            raise ExportError(
+                f"the export announces {nbytes} bytes, more than the {self.left} left of "
+                f"{self.bound}"
+            )
+        self.left -= nbytes
+
+
+def export_room(held_mib: Mapping[int, int], gpu_memory_mib: Sequence[int]) -> ExportRoom:
+    """The room for a pod's exports: what it held per GPU (MiB) when asked, or
+    where that is unknown (empty: NVML could not attribute it), the memory of
+    every GPU of the node; none where neither could be read."""
+    held = sum(held_mib.values())
+    if held > 0:
+        return ExportRoom(held << 20, f"the {held} MiB the pod held on its GPUs when asked")
+    total = sum(gpu_memory_mib)
+    if total > 0:
+        return ExportRoom(
+            total << 20,
+            f"the {total} MiB this node's GPUs have (what the pod held could not be read)",
+        )
+    return ExportRoom(0, "nothing: neither what the pod held nor this node's GPUs could be read")
 
 
 def check_export_fd(fd: int, nbytes: int) -> None:

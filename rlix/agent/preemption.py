@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from rlix.agent.connections import Connection, ConnectionClosedError
 from rlix.agent.driver_checkpoint import Checkpointer, CheckpointUnsupportedError
 from rlix.agent.gpus import GpuBackend
-from rlix.agent.park_space import ExportError, ParkSpace
+from rlix.agent.park_space import ExportError, ExportRoom, ParkSpace, export_room
 from rlix.agent.parking_state import (
     PARKED_BY_GATE,
     Manifest,
@@ -483,10 +483,27 @@ class Preemption:
                 f"pid {futures[fut].pid}: no park reply within {self._timeout_s}s "
                 "(it parks at its next phase boundary; the record is saved when it does)"
             )
-        for fut in done:
+        errors.extend(self._take_replies([(f, futures[f]) for f in done], target, asked))
+        with self._lock:
+            rec = self.suspended.get(uid)
+            parked = {str(pid): str(m.where) for pid, m in rec.processes.items()} if rec else {}
+        if errors:
+            raise proto.ProtocolError(proto.E_FAILED, "; ".join(errors))
+        return {"pod_uid": uid, "parked": parked}
+
+    def _take_replies(
+        self,
+        replies: list[tuple[Future[proto.Reply], Connection]],
+        target: Location,
+        asked: _Asked,
+    ) -> list[str]:
+        """Relocate what each process exported (its record has landed); the errors."""
+        errors: list[str] = []
+        room: ExportRoom | None = None  # shared by the pod's processes' exports
+        for fut, conn in replies:
             reply = _result(fut)
             if isinstance(reply, str):
-                errors.append(f"pid {futures[fut].pid}: {reply}")
+                errors.append(f"pid {conn.pid}: {reply}")
                 continue
             try:
                 if reply.body.get("export") is not None and not target.agent_holds:
@@ -494,18 +511,23 @@ class Preemption:
                         proto.E_BAD_FIELD, f"exported its memory for a suspend to '{target}'"
                     )
                 if reply.body.get("export") is not None:
-                    # The "exported" record has landed (above): the relocated one replaces it.
-                    self._relocate(futures[fut], reply, target, asked)
+                    if room is None:
+                        room = export_room(asked.held_mib, self._gpu_memory_mib())
+                    # The "exported" record has landed: the relocated one replaces it.
+                    self._relocate(conn, reply, target, asked, room)
             except proto.ProtocolError as exc:
-                errors.append(f"pid {futures[fut].pid}: {exc.message}")
+                errors.append(f"pid {conn.pid}: {exc.message}")
             finally:
                 _close_reply_fds(fut)
-        with self._lock:
-            rec = self.suspended.get(uid)
-            parked = {str(pid): str(m.where) for pid, m in rec.processes.items()} if rec else {}
-        if errors:
-            raise proto.ProtocolError(proto.E_FAILED, "; ".join(errors))
-        return {"pod_uid": uid, "parked": parked}
+        return errors
+
+    def _gpu_memory_mib(self) -> list[int]:
+        """Each GPU's memory (MiB); empty where the GPUs cannot be read."""
+        try:
+            return [g.memory_mib for g in self._backend.gpus()]
+        except Exception as exc:  # every export is then refused: nothing bounds it
+            log.warning("could not read this node's GPUs: %s", exc)
+            return []
 
     def _held_mib(self, pids: set[int]) -> dict[int, int]:
         """What these processes hold per GPU now (GPU -> MiB), for the record: the
@@ -522,25 +544,36 @@ class Preemption:
         return held
 
     def _relocate(
-        self, conn: Connection, reply: proto.Reply, target: Location, asked: _Asked
+        self,
+        conn: Connection,
+        reply: proto.Reply,
+        target: Location,
+        asked: _Asked,
+        room: ExportRoom,
     ) -> None:
         pod = conn.caller.pod
         assert pod is not None
         with self._lock:
             self._relocating.add((pod.uid, conn.pid))
         try:
-            self._relocate_copy(conn, reply, target, asked)
+            self._relocate_copy(conn, reply, target, asked, room)
         finally:
             with self._lock:
                 self._relocating.discard((pod.uid, conn.pid))
 
     def _relocate_copy(
-        self, conn: Connection, reply: proto.Reply, target: Location, asked: _Asked
+        self,
+        conn: Connection,
+        reply: proto.Reply,
+        target: Location,
+        asked: _Asked,
+        room: ExportRoom,
     ) -> None:
         """Copy a process's export to the target, check it, then let it free its memory.
 
         Until ``release`` is answered the process still holds its memory, so a
-        failure here resumes it in place and loses nothing.
+        failure here resumes it in place and loses nothing. The announced size
+        is taken from ``room`` before anything is allocated for it.
         """
         pod = conn.caller.pod
         assert pod is not None
@@ -557,6 +590,7 @@ class Preemption:
             if not isinstance(export, dict) or not isinstance(export.get("cuda", []), list):
                 raise ExportError("'export' must be an object with a 'cuda' list")
             size = manifest.size or 0
+            room.take(size)
             memfd, cuda = export.get("memfd"), export.get("cuda", [])
             if memfd is not None:
                 if len(reply.fds) != 1:

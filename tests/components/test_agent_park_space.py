@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlix.agent.fd_lines import FdLineReader
-from rlix.agent.park_space import ExportError, ParkSpace, check_export_fd
+from rlix.agent.park_space import ExportError, ParkSpace, check_export_fd, export_room
 from rlix.core import agent_protocol as proto
 from rlix.core.digests import host_digest
 
@@ -157,3 +157,25 @@ def test_the_cuda_relocator_says_why_it_cannot_run_here_and_refuses_cleanly(
     with pytest.raises(RelocationUnsupportedError):
         relocator.hold("owner", 0, park, 4096)
     relocator.drop("owner")  # nothing held: a no-op
+
+
+def test_a_pods_exports_share_the_device_memory_it_held_when_asked() -> None:
+    room = export_room({0: 3, 1: 1}, [80, 80])  # 4 MiB held over two GPUs
+    room.take(3 << 20)  # one process's export
+    room.take(1 << 20)  # another's: the room is the pod's, not each process's
+    with pytest.raises(ExportError, match="more than the 0 left of the 4 MiB the pod held"):
+        room.take(1)
+
+
+def test_without_what_the_pod_held_the_nodes_gpus_bound_its_exports() -> None:
+    room = export_room({}, [2, 2])
+    room.take(4 << 20)
+    with pytest.raises(ExportError, match="the 4 MiB this node's GPUs have"):
+        room.take(1)
+
+
+def test_with_nothing_read_no_export_is_taken() -> None:
+    room = export_room({}, [])
+    room.take(0)  # an empty export costs nothing
+    with pytest.raises(ExportError, match="neither what the pod held nor this node's GPUs"):
+        room.take(1)

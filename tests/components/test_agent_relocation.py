@@ -205,6 +205,13 @@ sys.stdin.readline()  # wait until the test has put this PID in a pod
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(path)
 s.sendall(json.dumps({"v": 1, "id": 1, "op": "hello", "hooks": ["raw"]}).encode() + b"\n")
+lines = s.makefile("rb")
+size = {"over-held": 2 << 20, "over-gpus": (2 << 20) + 4096}.get(mode, 4096)
+if mode == "over-held":  # it holds 1 MiB on GPU 0 (answered before the test goes on)
+    usage = {"v": 1, "id": 2, "op": "usage", "gpu": 0, "memory_mib": 1, "utilization": 0.5}
+    s.sendall(json.dumps(usage).encode() + b"\n")
+    while json.loads(lines.readline()).get("re") != 2:
+        pass
 print("ready", flush=True)
 
 def export_fd():
@@ -213,20 +220,20 @@ def export_fd():
     if mode == "file":
         return os.open(sys.executable, os.O_RDONLY)
     fd = os.memfd_create("rlix-export", os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, 4096 if mode != "short" else 100)
+    os.ftruncate(fd, size if mode != "short" else 100)  # sparse: costs this process nothing
     if mode != "unsealed":
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     return fd
 
-for line in s.makefile("rb"):
+for line in lines:
     msg = json.loads(line)
     if "re" in msg:
         continue
     if msg["op"] == "suspend":
         entry = {"name": "raw/x", "nbytes": 16, "checksum": "b2b:16:00",
                  "offset": 8192 if mode == "outside" else 0}
-        manifest = {"where": "exported", "size": 4096, "entries": [entry]}
-        export = {"size": 4096, "memfd": {"fd": 0}, "cuda": []}
+        manifest = {"where": "exported", "size": size, "entries": [entry]}
+        export = {"size": size, "memfd": {"fd": 0}, "cuda": []}
         reply = {"v": 1, "re": msg["id"], "ok": True, "fds": 1, "manifest": manifest,
                  "export": export}
         data = json.dumps(reply).encode() + b"\n"
@@ -267,6 +274,35 @@ def test_an_untrustworthy_export_is_refused_and_the_process_resumed_in_place(
             assert proc.stdout.readline().strip() == "resumed"
         assert not (agent.park_dir / UID).exists()
         assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        # 2 MiB announced by a pod that held 1 MiB on its GPUs when asked
+        ("over-held", "more than the 1048576 left of the 1 MiB the pod held on its GPUs"),
+        # nothing held that NVML could attribute: the node's two 1 MiB GPUs bound it
+        ("over-gpus", "more than the 2097152 left of the 2 MiB this node's GPUs have"),
+    ],
+)
+def test_an_export_larger_than_the_pods_device_memory_is_refused_before_allocating(
+    tmp_path: Path, mode: str, message: str
+) -> None:
+    # The park file is host memory charged to the agent, and a sparse memfd
+    # costs its sender nothing: an unbounded announcement could take the
+    # node's RAM. What is parked is device memory, so that bounds it.
+    a = AgentProcess(tmp_path, pods={UID: POD}, suspend_timeout_s=10.0, sim_gpu_memory_mib=1)
+    with a, pod_process(a, RAW_CLIENT, mode, str(a.socket)) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        wait_connected(a, proc.pid)
+        reply = a.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host")
+        assert reply.error_code == proto.E_FAILED, reply
+        assert message in (reply.error_message or ""), reply.error_message
+        assert "resumed in place" in (reply.error_message or "")
+        assert proc.stdout.readline().strip() == "resumed"
+        assert not (a.park_dir / UID).exists()  # nothing was allocated for it
+        assert UID not in a.control(proto.OP_STATUS).body["suspended"]
 
 
 def test_a_client_op_carrying_descriptors_is_refused(agent: AgentProcess) -> None:
