@@ -12,6 +12,7 @@ Who may do what is decided by the kernel's peer credentials alone:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 # How often the accept loop comes back to the interpreter to run a pending
 # signal handler (``serve_forever``).
 ACCEPT_WAKE_S = 0.5
+# Out of descriptors or memory, accept fails until connections close: wait
+# this long and accept again, rather than stop serving every pod on the node.
+ACCEPT_RETRY_S = 0.1
+_ACCEPT_LATER = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class AgentServer:
@@ -79,6 +84,8 @@ class AgentServer:
         self._phases: dict[str, tuple[Phase, str, int]] = {}
         # pod uid -> its processes waiting at the gate -> the phase each asked for
         self._waiting: dict[str, dict[Connection, Phase]] = {}
+        # pod uid -> its connections open now (at most MAX_POD_CONNECTIONS)
+        self._pod_connections: dict[str, int] = {}
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
@@ -112,13 +119,23 @@ class AgentServer:
         # only once it comes back to the interpreter. Accepted sockets are
         # blocking again (socket.accept with no default timeout).
         self._sock.settimeout(ACCEPT_WAKE_S)
+        short = False  # said once per shortage, not once per retry
         while not self._stop.is_set():
             try:
                 client, _ = self._sock.accept()
             except TimeoutError:
                 continue
-            except OSError:
-                return
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_LATER or self._stop.is_set():
+                    return  # the socket was closed (stop)
+                if not short:
+                    log.warning("cannot accept connections (%s): retrying", exc.strerror)
+                short = True
+                self._stop.wait(ACCEPT_RETRY_S)
+                continue
+            if short:
+                log.warning("accepting connections again")
+            short = False
             threading.Thread(target=self._serve_client, args=(client,), daemon=True).start()
 
     def stop(self) -> None:
@@ -158,17 +175,45 @@ class AgentServer:
         except (UnknownCallerError, OSError) as exc:
             _refuse(client, str(exc))
             return
+        pod = caller.pod
+        if pod is not None and not self._count_connection(pod.uid):
+            limit = proto.MAX_POD_CONNECTIONS
+            _refuse(
+                client,
+                f"pod {pod.key} has {limit} connections to this node agent open, "
+                "the most one pod may hold; close one first",
+            )
+            return
         conn = Connection(client, caller, self._handle)
-        if caller.pod is not None:
-            self.preemption.attach(conn)
         try:
-            conn.serve()
+            if pod is not None:
+                self.preemption.attach(conn)
+            try:
+                conn.serve()
+            finally:
+                if pod is not None:
+                    self.preemption.detach(conn)
+                    if self.gate is not None:
+                        self.gate.leave(conn)
+                        self._done_waiting(pod, conn)
         finally:
-            if caller.pod is not None:
-                self.preemption.detach(conn)
-                if self.gate is not None:
-                    self.gate.leave(conn)
-                    self._done_waiting(caller.pod, conn)
+            if pod is not None:
+                self._uncount_connection(pod.uid)
+
+    def _count_connection(self, uid: str) -> bool:
+        """Count one more connection of pod ``uid``; False at its limit (not counted)."""
+        with self._lock:
+            open_now = self._pod_connections.get(uid, 0)
+            if open_now >= proto.MAX_POD_CONNECTIONS:
+                return False
+            self._pod_connections[uid] = open_now + 1
+            return True
+
+    def _uncount_connection(self, uid: str) -> None:
+        with self._lock:
+            left = self._pod_connections.pop(uid, 1) - 1
+            if left > 0:
+                self._pod_connections[uid] = left
 
     def _handle(self, conn: Connection, req: proto.Request) -> bytes | None:
         pod = conn.caller.pod

@@ -42,6 +42,10 @@ MAX_FDS: Final = 8
 # (a park manifest inside a reply) is 5 levels; its largest number a byte count.
 MAX_DEPTH: Final = 32
 MAX_NUMBER_CHARS: Final = 24
+# Connections one pod may hold open to its node's agent at once (each is a
+# thread and a descriptor there): a process connects once, and a pod runs a
+# few (trainer ranks, engine workers); the next one is refused with the count.
+MAX_POD_CONNECTIONS: Final = 64
 
 # Requests a client sends to the agent.
 OP_HELLO: Final = "hello"  # {"hooks": [names], "parked": manifest|null, "client": name/revision}

@@ -262,6 +262,80 @@ def test_an_overlong_line_is_answered_then_the_connection_closed(agent: AgentPro
     assert agent.control(proto.OP_STATUS).ok  # the agent is fine
 
 
+# A "pod" process that opens one connection after another, each greeted, and
+# keeps them open: what a runaway client (or a hostile one) does.
+HOARDER = r"""
+import json, socket, sys, time
+sys.stdin.readline()  # wait until the test has put us in a pod
+path, n = sys.argv[1], int(sys.argv[2])
+def connect():
+    s = socket.socket(socket.AF_UNIX); s.connect(path)
+    s.sendall(b'{"v":1,"id":1,"op":"hello","hooks":[]}\n')
+    return s, json.loads(s.makefile("rb").readline())
+held = [connect() for _ in range(n)]
+print(json.dumps([r.get("ok") for _, r in held]), flush=True)
+print(json.dumps(connect()[1]), flush=True)  # one more than the agent allows
+held.pop()[0].close()
+for _ in range(200):  # the agent counts the close once its reader sees it
+    s, reply = connect()
+    if reply.get("ok"):
+        break
+    time.sleep(0.05)
+print(json.dumps(reply), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_pod_holds_at_most_so_many_connections_and_the_next_is_told_why(
+    agent: AgentProcess,
+) -> None:
+    limit = proto.MAX_POD_CONNECTIONS
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOARDER, str(agent.socket), str(limit)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        agent.put_in_pod(proc.pid, UID_B)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline()) == [True] * limit
+        refused = json.loads(proc.stdout.readline())
+        assert refused["ok"] is False and refused["error"]["code"] == proto.E_FORBIDDEN
+        assert f"pod team-b/rollout-0 has {limit} connections" in refused["error"]["message"]
+        assert json.loads(proc.stdout.readline())["ok"] is True  # one closed: room again
+        # Another pod is not held to this one's count.
+        other = Pod(agent, UID_A)
+        try:
+            assert other.send('{"v":1,"id":1,"op":"hello","hooks":[]}').ok
+        finally:
+            other.close()
+    finally:
+        _reap(proc)
+    assert agent.control(proto.OP_STATUS).ok
+
+
+def test_out_of_descriptors_the_agent_waits_and_accepts_again(tmp_path: Path) -> None:
+    # A host process (no per-pod count) opens connections until the agent has
+    # no descriptor left: accept fails with EMFILE. Once they close, the agent
+    # must serve again rather than have stopped accepting for good.
+    hoard: list[socket.socket] = []
+    with AgentProcess(tmp_path, pods={UID_A: "team-a/trainer-0"}, nofile=64) as a:
+        try:
+            for _ in range(100):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(str(a.socket))  # the listen backlog takes what accept cannot
+                hoard.append(s)
+            _wait_for(lambda: "cannot accept connections" in a.log_text())
+        finally:
+            for s in hoard:
+                s.close()
+        assert a.control(proto.OP_STATUS, timeout=20.0).ok
+        assert a.popen is not None and a.popen.poll() is None
+
+
 def test_simulated_usage_is_published_as_node_gpu_state(agent: AgentProcess) -> None:
     pod = Pod(agent, UID_B)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -63,8 +64,10 @@ class AgentProcess:
         metrics_port: int = 0,
         dra: bool = False,
         extra_args: tuple[str, ...] = (),
+        nofile: int | None = None,
     ) -> None:
         self.root = root
+        self._nofile = nofile  # the agent's RLIMIT_NOFILE (None: inherited)
         self.metrics_port = metrics_port
         self.proc = root / "proc"
         self.state_dir = root / "state"
@@ -132,6 +135,9 @@ class AgentProcess:
                 stdout=log,
                 stderr=log,
             )
+        if self._nofile is not None:  # applies to every descriptor it opens from now on
+            limit = (self._nofile, self._nofile)
+            resource.prlimit(self.popen.pid, resource.RLIMIT_NOFILE, limit)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
