@@ -69,6 +69,20 @@ METRICS: tuple[tuple[str, str, str, Callable[[SimResult], float], str], ...] = (
     ("parks for memory, open", "lower", "open", lambda r: r.overflow_parks, "{:.0f}"),
     ("held GPU time by turns %, open", "-", "open", lambda r: 100 * r.by_turns, "{:.1f}"),
     ("held GPU time by turns %, closed", "-", "closed", lambda r: 100 * r.by_turns, "{:.1f}"),
+    (
+        "host memory parked, most on one node (GiB), open",
+        "lower",
+        "open",
+        lambda r: r.host_parked_peak_mib / 1024,
+        "{:.0f}",
+    ),
+    (
+        "host memory parked, most on one node (GiB), closed",
+        "lower",
+        "closed",
+        lambda r: r.host_parked_peak_mib / 1024,
+        "{:.0f}",
+    ),
 )
 
 

@@ -190,6 +190,20 @@ def rows_for(runs: Runs) -> list[Row]:
             None,
             "{:.2f}",
         ),
+        Row(
+            "host memory parked, most on one node (GiB), open",
+            "lower",
+            _open(lambda r: r.host_parked_peak_mib / 1024),
+            None,
+            "{:.0f}",
+        ),
+        Row(
+            "host memory parked, most on one node (GiB), closed",
+            "lower",
+            _closed(lambda r: r.host_parked_peak_mib / 1024),
+            None,
+            "{:.0f}",
+        ),
         Row("preemptions, open", "lower", _open(lambda r: float(r.preemptions)), None, "{:.0f}"),
         Row("rebalances, open", "lower", _open(lambda r: float(r.rebalances)), None, "{:.0f}"),
         Row(
@@ -473,6 +487,7 @@ def _summary(r: SimResult) -> dict[str, Any]:
         "top_stretch": r.top_stretch, "categories": r.categories(), "gpu_idle": r.gpu_idle,
         "preemptions": r.preemptions, "rebalances": r.rebalances, "over_memory": r.over_memory,
         "lost_work_gpu_h": r.lost_work_gpu_h, "events": r.events,
+        "host_parked_peak_mib": r.host_parked_peak_mib,
     }  # fmt: skip
 
 

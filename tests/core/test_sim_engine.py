@@ -61,6 +61,7 @@ def test_eviction_loses_work_back_to_the_last_checkpoint() -> None:
     ckpt = JobProfile(low).checkpoint_bytes_per_gpu * 8
     assert result.bytes_moved == pytest.approx(ckpt)
     assert result.suspended_h == 0
+    assert result.host_parked_peak_mib == 0  # evicted: nothing waits in host memory
 
 
 def test_suspension_keeps_all_work_and_moves_parked_bytes_both_ways() -> None:
@@ -78,6 +79,9 @@ def test_suspension_keeps_all_work_and_moves_parked_bytes_both_ways() -> None:
     seg = sum(1 for end in timeline.ends if end <= done)
     parked = profile.memory_mib[ITERATION_PHASES[seg % 5]] * hw.MIB * 8
     assert result.bytes_moved == pytest.approx(2 * parked)
+    # Parked for the high job's whole run (samples every 300 s see it): its
+    # one node held all of it in host memory.
+    assert result.host_parked_peak_mib == pytest.approx(parked / hw.MIB)
     # The high-priority job waits for the copy out, then loads; it runs alone.
     high_alone = load_s(high) + JobProfile(high).timeline(0).total_s
     copy_out = parked / 8 / hw.PCIE_D2H_BYTES_PER_S

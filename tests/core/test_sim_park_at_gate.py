@@ -83,6 +83,7 @@ def test_the_pair_holds_within_the_gpu_by_turns() -> None:
     parked, worst = run(parks=True, memory_mib=TIGHT)
     assert worst <= TIGHT  # the room test: never two peaks at work on one GPU
     assert parked.over_memory == 0.0
+    assert parked.host_parked_peak_mib > 0  # the pod not working waits in host memory
     # The two ran side by side (neither had the GPUs to itself first).
     alone = PROFILE.first_load_s + PROFILE.timeline(0).total_s
     assert min(parked.jct_s) > 1.2 * alone
@@ -91,6 +92,7 @@ def test_the_pair_holds_within_the_gpu_by_turns() -> None:
     # kernel gain), both peaks resident.
     over, worst_unparked = run(parks=False, memory_mib=TIGHT)
     assert over.over_memory > 0.0 and worst_unparked > TIGHT
+    assert over.host_parked_peak_mib == 0
     # Under parking that weight sync parks the partner's trainer pod at its
     # safe points where enough of its phase is left (``worth_stopping``),
     # and is charged its copies: slower than over memory, faster than one

@@ -110,6 +110,12 @@ class SimResult:
     # sampled held GPUs whose residents' memory exceeded the GPU, held by turns
     # (the ones that do not work parked), which only parking makes possible.
     by_turns: float = 0.0
+    # The most host memory any one node held parked at a sample (MiB): jobs the
+    # conductor parked there (their whole ``parked_bytes``, per pod on its home
+    # node) and, where the gate parks, every pod of a GPU held by turns but the
+    # largest, less a CUDA context each. Host memory is not a limit in the
+    # model; this says how much it would take.
+    host_parked_peak_mib: float = 0.0
     max_residents: int = 1  # most jobs one GPU can hold (memory of the smallest phases)
     pool_idle_gpu_s: float = 0.0  # disaggregated pools idle while the other pool works
     # What the rollout tails could lend at best (``Timeline.lendable_gpu_s``):
@@ -202,6 +208,7 @@ class Recorder:
     empty_waiting_gpu_s: float = 0.0
     empty_idle_gpu_s: float = 0.0
     pool_idle_gpu_s: float = 0.0
+    host_parked_peak_mib: float = 0.0
     last_t: float = 0.0
     alone_by_job: dict[int, float] = field(default_factory=dict)  # with first load
     net_by_job: dict[int, float] = field(default_factory=dict)  # the bound's W, per job
@@ -286,6 +293,7 @@ class Recorder:
         cache: dict[int, tuple[float, int, int]] = {}
         pod_cache: dict[tuple[int, int], tuple[float, int, int]] = {}
         busy = allocated = stranded = over = turns = 0.0
+        parked = self._parked_mib()  # node -> MiB in its host memory now
         for node in cluster.occupied:
             for g, holders in enumerate(cluster.res[node]):
                 if not holders:
@@ -319,13 +327,16 @@ class Recorder:
                 # peaks holds one by turns: loads too go in only where their
                 # peak fits (the engine's ``_start_loads``), the others parked.
                 if self.parks_at_gate and now > cap and len(held) > 1:
-                    now = max(held) + CONTEXT_MIB * (len(held) - 1)
+                    resident = max(held) + CONTEXT_MIB * (len(held) - 1)
+                    parked[node] = parked.get(node, 0.0) + now - resident
+                    now = resident
                     turns += 1
                 busy += min(1.0, demand)
                 over += now > cap
                 free = max(0.0, cap - owed)
                 if not cluster.shares or free < self.smallest_pod_mib:
                     stranded += free
+        self.host_parked_peak_mib = max(self.host_parked_peak_mib, *parked.values(), 0.0)
         total = cluster.total_gpus
         self.samples.append(
             (
@@ -337,6 +348,23 @@ class Recorder:
                 turns / total,
             )
         )
+
+    def _parked_mib(self) -> dict[int, float]:
+        """Node -> MiB of the jobs parked in its host memory (each pod's share
+        on its home node, as ``preempting.suspend`` counted the bytes)."""
+        parked: dict[int, float] = {}
+        for run in self.runs:
+            if run.state is not State.SUSPENDED or not run.placements:
+                continue
+            shares: list[float] = [1.0] * len(run.placements)
+            if run.spec.disaggregated:
+                mib = run.profile.role_memory_mib
+                pods = zip(run.spec.pod_roles, run.spec.pod_gpus, strict=True)
+                shares = [float(mib[r] * n) for r, n in pods]
+            whole = sum(shares) or 1.0
+            for (node, _), share in zip(run.placements, shares, strict=True):
+                parked[node] = parked.get(node, 0.0) + run.parked_bytes / hw.MIB * share / whole
+        return parked
 
     def result(self, *, mix: str, scheduler: str, events: int) -> SimResult:
         runs = self.runs
@@ -385,6 +413,7 @@ class Recorder:
             by_turns=sum(s[5] for s in inside) / max(sum(s[2] for s in inside), 1e-12),
             max_residents=max(1, self.memory_mib // max(1, self.smallest_pod_mib)),
             pool_idle_gpu_s=self.pool_idle_gpu_s,
+            host_parked_peak_mib=self.host_parked_peak_mib,
             lendable_s=tuple(self.lend_by_job[r.id] for r in ended),
             lendable_gpu_s=sum(self.lend_by_job.values()),
         )
