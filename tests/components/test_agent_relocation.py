@@ -262,6 +262,13 @@ for line in lines:
 def test_an_untrustworthy_export_is_refused_and_the_process_resumed_in_place(
     agent: AgentProcess, mode: str, message: str
 ) -> None:
+    # An unusable reply ("none") never parked anything to undo.
+    refused_in_place(agent, mode, message, resumed=mode != "none")
+
+
+def refused_in_place(agent: AgentProcess, mode: str, message: str, *, resumed: bool) -> None:
+    """RAW_CLIENT in ``mode`` is asked to park to the host: refused with ``message``,
+    told to resume where that applies, and nothing left parked."""
     with pod_process(agent, RAW_CLIENT, mode, str(agent.socket)) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
@@ -269,10 +276,10 @@ def test_an_untrustworthy_export_is_refused_and_the_process_resumed_in_place(
         reply = agent.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host")
         assert reply.error_code == proto.E_FAILED, reply
         assert message in (reply.error_message or ""), reply.error_message
-        if mode != "none":  # an unusable reply never parked anything to undo
+        if resumed:
             assert "resumed in place" in (reply.error_message or "")
             assert proc.stdout.readline().strip() == "resumed"
-        assert not (agent.park_dir / UID).exists()
+        assert not (agent.park_dir / UID).exists()  # nothing was allocated for it
         assert UID not in agent.control(proto.OP_STATUS).body["suspended"]
 
 
@@ -291,18 +298,8 @@ def test_an_export_larger_than_the_pods_device_memory_is_refused_before_allocati
     # The park file is host memory charged to the agent, and a sparse memfd
     # costs its sender nothing: an unbounded announcement could take the
     # node's RAM. What is parked is device memory, so that bounds it.
-    a = AgentProcess(tmp_path, pods={UID: POD}, suspend_timeout_s=10.0, sim_gpu_memory_mib=1)
-    with a, pod_process(a, RAW_CLIENT, mode, str(a.socket)) as proc:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        wait_connected(a, proc.pid)
-        reply = a.control(proto.OP_SUSPEND_POD, pod_uid=UID, target="host")
-        assert reply.error_code == proto.E_FAILED, reply
-        assert message in (reply.error_message or ""), reply.error_message
-        assert "resumed in place" in (reply.error_message or "")
-        assert proc.stdout.readline().strip() == "resumed"
-        assert not (a.park_dir / UID).exists()  # nothing was allocated for it
-        assert UID not in a.control(proto.OP_STATUS).body["suspended"]
+    with AgentProcess(tmp_path, pods={UID: POD}, suspend_timeout_s=10.0, sim_gpu_memory_mib=1) as a:
+        refused_in_place(a, mode, message, resumed=True)
 
 
 def test_a_client_op_carrying_descriptors_is_refused(agent: AgentProcess) -> None:
