@@ -287,8 +287,16 @@ sys.stdin.readline()
 
 
 def test_a_pod_holds_at_most_so_many_connections_and_the_next_is_told_why(
-    agent: AgentProcess,
+    tmp_path: Path,
 ) -> None:
+    # An agent of its own: the hoarder's connections close with it, and the
+    # module's agent would count them until each reader has seen its close.
+    pods = {UID_A: "team-a/trainer-0", UID_B: "team-b/rollout-0"}
+    with AgentProcess(tmp_path, pods=pods) as agent:
+        hoard_and_get_refused(agent)
+
+
+def hoard_and_get_refused(agent: AgentProcess) -> None:
     limit = proto.MAX_POD_CONNECTIONS
     proc = subprocess.Popen(
         [sys.executable, "-c", HOARDER, str(agent.socket), str(limit)],
