@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as wait_futures
@@ -514,7 +514,8 @@ class Preemption:
                     if room is None:
                         room = export_room(asked.held_mib, self._gpu_memory_mib())
                     # The "exported" record has landed: the relocated one replaces it.
-                    self._relocate(conn, reply, target, asked, room)
+                    with self._relocating_now(conn):
+                        self._relocate_copy(conn, reply, target, asked, room)
             except proto.ProtocolError as exc:
                 errors.append(f"pid {conn.pid}: {exc.message}")
             finally:
@@ -543,20 +544,15 @@ class Preemption:
             return {}
         return held
 
-    def _relocate(
-        self,
-        conn: Connection,
-        reply: proto.Reply,
-        target: Location,
-        asked: _Asked,
-        room: ExportRoom,
-    ) -> None:
+    @contextlib.contextmanager
+    def _relocating_now(self, conn: Connection) -> Iterator[None]:
+        """Mark the process's copy as in flight (``_relocating``) while it runs."""
         pod = conn.caller.pod
         assert pod is not None
         with self._lock:
             self._relocating.add((pod.uid, conn.pid))
         try:
-            self._relocate_copy(conn, reply, target, asked, room)
+            yield
         finally:
             with self._lock:
                 self._relocating.discard((pod.uid, conn.pid))

@@ -137,7 +137,9 @@ class Simulation:
         # an all-colocated mix keeps the per-job fast path.
         self.per_pod = any(r.spec.disaggregated for r in self.runs)
         smallest = min(r.profile.min_mib for r in self.runs)
-        self.recorder = Recorder(self.cluster, self.runs, self.config.memory_mib, smallest)
+        self.recorder = Recorder(
+            self.cluster, self.runs, self.config.memory_mib, smallest, suspended=self.suspended
+        )
         # Splitting pairs onto freed GPUs (``_rebalance``): only where the
         # sharing rules carry an interference matrix (the benchmark's RLix).
         rules = getattr(self.policy, "rules", None)

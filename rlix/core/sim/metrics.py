@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rlix.core.phases import Shape
@@ -191,6 +191,9 @@ class Recorder:
     # the one that works, or worked last). Loads and restores go through the
     # gate too (the engine's ``_start_loads``), so no GPU stays over for them.
     parks_at_gate: bool = False
+    # The engine's parked jobs (its ``suspended``, read live): what a sample
+    # counts as parked in host memory, without walking every run.
+    suspended: Mapping[int, None] = field(default_factory=dict)
     bytes_moved: float = 0.0
     preemptions: int = 0
     overflow_parks: int = 0
@@ -353,7 +356,8 @@ class Recorder:
         """Node -> MiB of the jobs parked in its host memory (each pod's share
         on its home node, as ``preempting.suspend`` counted the bytes)."""
         parked: dict[int, float] = {}
-        for run in self.runs:
+        for jid in self.suspended:
+            run = self.runs[jid]
             if run.state is not State.SUSPENDED or not run.placements:
                 continue
             shares: list[float] = [1.0] * len(run.placements)
